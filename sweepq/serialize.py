@@ -1,0 +1,210 @@
+"""Training state <-> (JSON skeleton, named tensors): a format that never runs code on load.
+
+A state is a dict of named objects (modules, optimizers, schedulers, loaders:
+anything with `state_dict()`) and plain values. It is flattened into
+
+  * a JSON skeleton: nested structure with every tensor replaced by a reference
+    and non-JSON types tagged (tuples, non-string dict keys, bytes, ndarrays);
+  * named tensors, stored in the safetensors format.
+
+Loading parses JSON and safetensors only: no pickle, so a checkpoint can never
+execute code (a stronger guarantee than `torch.load(weights_only=True)`).
+
+The safetensors file is written here in a streaming way rather than with
+`safetensors.torch.save`: that call first builds the whole file as one bytes
+object, an extra copy that measured slower than writing the file itself
+(0.19 s vs 0.12 s for 160 MB). Reading uses the safetensors library, which
+validates the header and offsets.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+# safetensors dtype names (format specification), for the dtypes training states use.
+DTYPES: dict[torch.dtype, str] = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+for _name, _st in (
+    ("float8_e4m3fn", "F8_E4M3"),
+    ("float8_e5m2", "F8_E5M2"),
+    ("uint16", "U16"),
+    ("uint32", "U32"),  # numpy's RNG state is a uint32 array
+    ("uint64", "U64"),
+):
+    if hasattr(torch, _name):
+        DTYPES[getattr(torch, _name)] = _st
+
+RNG_KEY = "__rng__"
+
+
+class StateError(TypeError):
+    """A value in the training state that sweepq cannot checkpoint safely."""
+
+
+# -- flattening -----------------------------------------------------------------
+
+
+def flatten(state: dict[str, Any]) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(skeleton, tensors): `state_dict()` is called on every object that has one."""
+    tensors: dict[str, torch.Tensor] = {}
+    plain = {k: (v.state_dict() if hasattr(v, "state_dict") else v) for k, v in state.items()}
+    return _encode(plain, "", tensors), tensors
+
+
+def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        name = path or "tensor"
+        tensors[name] = obj
+        return {"__tensor__": name}
+    if isinstance(obj, dict):
+        items = []
+        for k, v in obj.items():
+            if not isinstance(k, (str, int, float, bool, type(None))):
+                raise StateError(f"dict key {k!r} at {path or '/'} is not a str/int/float/bool/None")
+            items.append([k, _encode(v, f"{path}/{k}", tensors)])
+        return {"__dict__": items}
+    if isinstance(obj, list):
+        return [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(obj)]
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(obj)]}
+    if isinstance(obj, bytes):
+        return {"__bytes__": base64.b64encode(obj).decode()}
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if np is not None and isinstance(obj, np.ndarray):
+        name = path or "ndarray"
+        tensors[name] = torch.from_numpy(np.ascontiguousarray(obj))
+        return {"__ndarray__": name}
+    if np is not None and isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, torch.dtype):
+        return {"__dtype__": str(obj).removeprefix("torch.")}
+    raise StateError(
+        f"cannot checkpoint a {type(obj).__name__} at {path or '/'}: give tensors, numbers, "
+        "strings, lists, tuples, dicts, or objects with state_dict()/load_state_dict()"
+    )
+
+
+def unflatten(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(skeleton, list):
+        return [unflatten(v, tensors) for v in skeleton]
+    if not isinstance(skeleton, dict):
+        return skeleton
+    if "__tensor__" in skeleton:
+        return tensors[skeleton["__tensor__"]]
+    if "__dict__" in skeleton:
+        return {k: unflatten(v, tensors) for k, v in skeleton["__dict__"]}
+    if "__tuple__" in skeleton:
+        return tuple(unflatten(v, tensors) for v in skeleton["__tuple__"])
+    if "__bytes__" in skeleton:
+        return base64.b64decode(skeleton["__bytes__"])
+    if "__ndarray__" in skeleton:
+        return tensors[skeleton["__ndarray__"]].numpy()
+    if "__dtype__" in skeleton:
+        return getattr(torch, skeleton["__dtype__"])
+    raise ValueError(f"unknown entry in checkpoint skeleton: {sorted(skeleton)}")
+
+
+def load_into(state: dict[str, Any], loaded: dict[str, Any]) -> None:
+    """Fill `state` in place: objects with load_state_dict load, other entries are replaced."""
+    for key, value in loaded.items():
+        current = state.get(key)
+        if current is not None and hasattr(current, "load_state_dict"):
+            current.load_state_dict(value)
+        elif isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor):
+            state[key] = value.to(current.device)
+        else:
+            state[key] = value
+
+
+# -- RNG states -------------------------------------------------------------------
+
+
+def capture_rng() -> dict[str, Any]:
+    """Every random stream a training step may draw from (python, numpy, torch CPU, CUDA)."""
+    rng: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+
+        rng["numpy"] = np.random.get_state()
+    except ImportError:  # pragma: no cover
+        pass
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return rng
+
+
+def restore_rng(rng: dict[str, Any]) -> None:
+    if "python" in rng:
+        version, internal, gauss = rng["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "torch" in rng:
+        torch.set_rng_state(rng["torch"])
+    if "numpy" in rng:
+        import numpy as np
+
+        np.random.set_state(tuple(rng["numpy"]))
+    if "cuda" in rng and torch.cuda.is_available():
+        states = rng["cuda"]
+        if len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+
+
+# -- safetensors streaming -----------------------------------------------------------
+
+
+def tensor_bytes(t: torch.Tensor) -> memoryview:
+    """The raw little-endian bytes of a contiguous CPU tensor, without a copy."""
+    flat = t.reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(b"")
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def safetensors_parts(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> Iterator[memoryview]:
+    """The pieces of a safetensors file, in order: length, header, then each tensor's bytes."""
+    header: dict[str, Any] = {}
+    offset = 0
+    names = sorted(tensors)
+    for name in names:
+        t = tensors[name]
+        if t.dtype not in DTYPES:
+            raise StateError(f"tensor {name} has dtype {t.dtype}, which checkpoints do not support")
+        size = t.numel() * t.element_size()
+        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    if metadata:
+        header["__metadata__"] = metadata
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes
+    yield memoryview(struct.pack("<Q", len(raw)))
+    yield memoryview(raw)
+    for name in names:
+        yield tensor_bytes(tensors[name])
+
+
+def load_safetensors(data: bytes) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load
+
+    return load(data)
