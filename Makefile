@@ -1,0 +1,32 @@
+# The two commands of the README: `make run` and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+# torch 2.13.0 is pinned so pip takes the CPU build cached on this kind of
+# machine instead of downloading a multi-GB CUDA build (see README).
+TORCH := torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast bench wheel-test clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade "pip>=23" "setuptools>=68"
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/sweepq launch sweeps/llm-analysis.yaml
+
+test: $(STAMP)
+	$(BIN)/pytest -q -ra; code=$$?; if [ $$code -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$code
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -ra -m "not slow"
+
+bench: $(STAMP)
+	$(BIN)/python bench/checkpoint.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info runs

@@ -1,0 +1,106 @@
+"""Helpers for tests that drive the real CLI in subprocesses on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+HERE = Path(__file__).parent
+SWEEPQ = [sys.executable, "-m", "sweepq.cli"]
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SWEEPQ, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+def cli_json(*args: str, cwd: Path | None = None) -> Any:
+    r = cli(*args, "--json", cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def start(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*SWEEPQ, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    try:
+        p = psutil.Process(pid)
+        return [p, *p.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
+    """Send `sig` to a process and all its descendants at once (a reboot, for SIGKILL)."""
+    procs = tree(pid)
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+    return [p.pid for p in procs]
+
+
+def wait_gone(pids: list[int], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"processes still alive: {pids}")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 120, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def sweep_dir(tmp_path: Path) -> Path:
+    """A folder holding the test training module (the sweep file's folder goes on sys.path)."""
+    shutil.copy(HERE / "trainers.py", tmp_path / "trainers.py")
+    return tmp_path
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_processes():
+    """Each test must leave no sweepq process behind."""
+    yield
+    me = psutil.Process()
+    for child in me.children(recursive=True):
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    return env
