@@ -11,6 +11,13 @@ before the last process of the sweep is gone.
 
 from __future__ import annotations
 
+from . import signals
+
+if __name__ == "__main__":
+    # First thing, before the imports below load torch (a second or more): a
+    # SIGTERM during start-up must be a preemption, not a death.
+    signals.install()
+
 import ctypes
 import importlib
 import os
@@ -22,13 +29,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, fingerprint, marker
+from . import fingerprint, manifest, marker
 from .atomic import atomic_write_json
 from .channel import Channel
 from .layout import CellPaths
 from .lock import verify_inherited
 from .records import Outcome
-from .run import AttemptSpec, DataError, NonFiniteLoss, Run, install_signal_handlers, stop_requested, stop_signal
+from .run import AttemptSpec, DataError, NonFiniteLoss, Run
 from .spec import Settings
 from .states import Reason
 
@@ -104,7 +111,7 @@ def run_train(spec: AttemptSpec, settings: Settings, channel: Channel) -> tuple[
     except BaseException as e:  # noqa: BLE001 - every way training ends is classified
         if run is not None:
             _close_quietly(run)
-        if stop_requested() and not isinstance(e, (NonFiniteLoss, DataError, MemoryError)):
+        if signals.requested() and not isinstance(e, (NonFiniteLoss, DataError, MemoryError)):
             return Outcome(Reason.PREEMPTED, error_tail=tail("".join(traceback.format_exception(e))),
                            note="stopped by a signal; the training code raised while stopping"), run
         return classify_exception(e, run), run
@@ -112,7 +119,7 @@ def run_train(spec: AttemptSpec, settings: Settings, channel: Channel) -> tuple[
         _close_quietly(run)
         return Outcome(Reason.NAN, nan_step=run.nan_step, note=f"non-finite loss at step {run.nan_step}"), run
     reached_end = run.total_steps is not None and run.last_step >= run.total_steps
-    if stop_requested() and not reached_end:
+    if signals.requested() and not reached_end:
         _close_quietly(run)
         return Outcome(Reason.PREEMPTED, note=_stop_note()), run
     run.close(completed=True)
@@ -120,9 +127,7 @@ def run_train(spec: AttemptSpec, settings: Settings, channel: Channel) -> tuple[
 
 
 def _stop_note() -> str:
-    sig = stop_signal()
-    name = signal.Signals(sig).name if sig else "a signal"
-    return f"{name} received; emergency checkpoint written by the training code"
+    return f"{signals.describe()} received; emergency checkpoint written by the training code"
 
 
 def _close_quietly(run: Run) -> None:
@@ -179,7 +184,7 @@ def close_as_orphan(spec: AttemptSpec, outcome: Outcome) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    install_signal_handlers()
+    signals.install()
     die_with_parent()
     spec_file = Path(argv[0])
     spec = AttemptSpec.load(spec_file)
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_json(spec.settings)
     paths = CellPaths(Path(spec.root), spec.cell)
     channel = Channel.from_env()
-    checkpoint.clean_partial(paths.checkpoints)
+    manifest.clean_partial(paths.checkpoints)
     started = time.time()
     gpus = gpus_seen()
     spec.fingerprints = {

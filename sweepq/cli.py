@@ -14,7 +14,6 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click

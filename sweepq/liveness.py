@@ -11,7 +11,7 @@ with a dead process cost nothing.
 from __future__ import annotations
 
 import hashlib
-from . import checkpoint, marker
+from . import manifest, marker
 from .atomic import read_json
 from .layout import MANIFEST_NAME, CellPaths
 from .lock import CellLock
@@ -23,7 +23,7 @@ from .store import CheckpointState, Store
 def sync_checkpoints(store: Store, cell: str) -> None:
     """Make the database's checkpoint rows agree with the committed folders on disk."""
     paths = CellPaths(store.root, cell)
-    on_disk = checkpoint.committed_manifests(paths)
+    on_disk = manifest.committed_manifests(paths)
     known = {c.step: c for c in store.checkpoints(cell)}
     for step, m in on_disk.items():
         row = known.get(step)
@@ -65,7 +65,9 @@ def outcome_from_files(store: Store, cell: str, number: int, last_step: int | No
     if done is not None and done.get("attempt") == number:
         return Outcome(Reason.COMPLETED, end_step=done.get("step"), metrics=done.get("metrics"),
                        note="closed from DONE.json: its process ended before the database was told")
-    return Outcome(Reason.LOST, end_step=last_step,
+    mine = [s for s, m in manifest.committed_manifests(paths).items() if m.get("attempt") == number]
+    known = [x for x in (last_step, max(mine) if mine else None) if x is not None]
+    return Outcome(Reason.LOST, end_step=max(known) if known else None,
                    note="the process vanished (no receipt, lock free): kill -9, reboot or power loss")
 
 

@@ -19,14 +19,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint
+from . import manifest
 from .atomic import atomic_write_json, read_json
 from .channel import Channel
 from .command import args_json, render_command
 from .errors import SpecError
 from .layout import CellPaths
 from .records import Outcome
-from .run import ENV_ATTEMPT_FILE, AttemptSpec, Run, stop_requested, stop_signal
+from . import signals
+from .run import ENV_ATTEMPT_FILE, AttemptSpec, Run
 from .spec import Settings
 from .states import Reason
 
@@ -56,10 +57,10 @@ def program_env(spec: AttemptSpec, paths: CellPaths) -> dict[str, str]:
     resume = ""
     for step in steps:  # the newest that verifies: what Run.restore() would load
         try:
-            checkpoint.verify(paths.checkpoint(step))
+            manifest.verify(paths.checkpoint(step))
             resume = str(paths.checkpoint(step))
             break
-        except checkpoint.CheckpointCorrupt:
+        except manifest.CheckpointCorrupt:
             continue
     return {
         ENV["root"]: spec.root,
@@ -98,7 +99,7 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
         pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
-        if stop_requested() and not forwarded:
+        if signals.requested() and not forwarded:
             proc.send_signal(signal.SIGTERM)
             forwarded = True
         time.sleep(0.1)
@@ -119,8 +120,7 @@ def classify_exit(code: int, paths: CellPaths, spec: AttemptSpec, stopped: bool,
     if code == 0 and (result is not None or not stopped):
         o = Outcome(Reason.COMPLETED, metrics=(result or {}).get("metrics"))
     elif stopped or code == EXIT_PREEMPTED:
-        sig = stop_signal()
-        o = Outcome(Reason.PREEMPTED, note=f"program stopped after {signal.Signals(sig).name if sig else 'a signal'}")
+        o = Outcome(Reason.PREEMPTED, note=f"program stopped after {signals.describe()}")
     elif code < 0:
         o = Outcome(Reason.ERROR, note=f"program killed by {signal.Signals(-code).name}")
         if -code == signal.SIGKILL:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,14 +28,13 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, serialize
+from . import checkpoint, manifest, serialize, signals
 from .atomic import atomic_write_json, read_json
 from .channel import Channel
 from .layout import CellPaths
 from .spec import CheckpointPolicy, Metric, Settings
 
 ENV_ATTEMPT_FILE = "SWEEPQ_ATTEMPT_FILE"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 
 # Automatic cadence: checkpoint often enough that the overhead stays near this
 # share of the run, within these bounds (seconds).
@@ -45,9 +43,6 @@ AUTO_MIN_INTERVAL = 10.0
 AUTO_MAX_INTERVAL = 300.0
 AUTO_FIRST = 10.0
 LOG_INTERVAL = 0.25
-
-_stop = threading.Event()
-_stop_signal: list[int] = []
 
 
 class DataError(Exception):
@@ -60,25 +55,6 @@ class NonFiniteLoss(FloatingPointError):
     def __init__(self, step: int, name: str, value: float) -> None:
         super().__init__(f"non-finite {name}={value} at step {step}")
         self.step, self.name, self.value = step, name, value
-
-
-def _on_signal(signum: int, _frame: Any) -> None:
-    # Handlers only set a flag; the training loop decides when to stop.
-    _stop_signal.append(signum)
-    _stop.set()
-
-
-def install_signal_handlers() -> None:
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _on_signal)
-
-
-def stop_requested() -> bool:
-    return _stop.is_set()
-
-
-def stop_signal() -> int | None:
-    return _stop_signal[0] if _stop_signal else None
 
 
 @dataclass
@@ -120,7 +96,7 @@ class Run:
         self._snap = checkpoint.Snapshotter()
         self._writer = checkpoint.AsyncWriter()
         self._lock = threading.Lock()  # guards _manifests (training thread vs writer thread)
-        self._manifests = checkpoint.committed_manifests(self.paths)
+        self._manifests = manifest.committed_manifests(self.paths)
         self._last_scheduled = -1
         self._last_time = time.monotonic()
         self._auto_interval = AUTO_FIRST
@@ -145,7 +121,7 @@ class Run:
     @property
     def should_stop(self) -> bool:
         """True once a preemption signal (SIGTERM, SIGINT, SIGUSR1, SIGHUP) arrived."""
-        return _stop.is_set()
+        return signals.requested()
 
     def restore(self, state: dict[str, Any], map_location: str | torch.device | None = None) -> bool:
         """Fill `state` in place from the newest verified checkpoint; False when starting fresh.
@@ -239,7 +215,7 @@ class Run:
             raise RuntimeError(
                 "Run.from_env() found no SWEEPQ_ATTEMPT_FILE: this program was not started by sweepq"
             )
-        install_signal_handlers()
+        signals.install()
         return cls(AttemptSpec.load(Path(path)), Channel.from_env())
 
     # -- used by the attempt runner ------------------------------------------------
@@ -314,10 +290,10 @@ class Run:
     def _retain(self) -> None:
         metric = (self._metric.name, self._metric.goal) if self._metric and self._policy.keep_best else None
         with self._lock:
-            keep = checkpoint.to_keep(self._manifests, self._policy.keep_last, metric, set())
+            keep = manifest.to_keep(self._manifests, self._policy.keep_last, metric, set())
             drop = sorted(set(self._manifests) - keep)
         for step in drop:
-            checkpoint.delete(self.paths.checkpoint(step))
+            manifest.delete(self.paths.checkpoint(step))
             with self._lock:
                 self._manifests.pop(step, None)
         if drop:
@@ -327,7 +303,7 @@ class Run:
         with self._lock:
             later = sorted(s for s in self._manifests if s > step)
         for s in later:
-            checkpoint.delete(self.paths.checkpoint(s))
+            manifest.delete(self.paths.checkpoint(s))
             with self._lock:
                 self._manifests.pop(s, None)
         if later:

@@ -440,8 +440,8 @@ class Store:
             if target is CellState.DONE:
                 values["finished_at"] = now
                 values["resume_max_step"] = None
-                if outcome.metrics is not None:
-                    values["metrics"] = _json_safe(outcome.metrics)
+                if isinstance(outcome.metrics, dict):
+                    values["metrics"] = _json_safe({**(row.metrics or {}), **outcome.metrics})
             if target is CellState.FAILED:
                 values["finished_at"] = now
             if reason is Reason.NAN:
@@ -475,7 +475,7 @@ class Store:
                 "updated_at": now,
                 "retry_after": None,
                 "cancel_requested": False,
-                "metrics": _json_safe(marker.get("metrics") or row.metrics or {}),
+                "metrics": _json_safe({**(row.metrics or {}), **(marker.get("metrics") or {})}),
             }
             if marker.get("step") is not None:
                 values["step"] = marker["step"]

@@ -36,6 +36,7 @@ POLL_S = 0.5
 FLUSH_S = 1.0  # progress reaches the database at most once a second per cell
 GRACE_S = float(os.environ.get("SWEEPQ_GRACE_SECONDS", "60"))
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Progress:
     superseded: list[tuple[list[int], str]] = field(default_factory=list)
     corrupt: list[dict[str, Any]] = field(default_factory=list)
     end: dict[str, Any] | None = None
+    newest_checkpoint: int | None = None  # committed by this attempt
 
     def take(self, msg: dict[str, Any]) -> None:
         kind = msg.get("t")
@@ -69,6 +71,7 @@ class Progress:
                 self._set(best=msg["best"], best_step=msg.get("best_step"))
         elif kind == "ckpt":
             self.checkpoints.append(msg)
+            self.newest_checkpoint = max(self.newest_checkpoint or 0, int(msg["step"]))
         elif kind == "superseded":
             self.superseded.append((list(msg.get("steps") or []), msg.get("note") or ""))
         elif kind == "corrupt":
@@ -294,6 +297,9 @@ class Worker:
         elif signum == signal.SIGKILL:
             o = Outcome(Reason.PREEMPTED, note="killed by sweepq: " + (
                 "hard stop (second interrupt)" if self.hard_stop else "did not stop within the grace period"))
+        elif signum in PREEMPTION_SIGNALS:
+            o = Outcome(Reason.PREEMPTED, note=f"{signal.Signals(signum).name} arrived before the training "
+                        "process could handle it (no emergency checkpoint)")
         elif signum is not None:
             o = Outcome(Reason.ERROR, note=f"killed by {signal.Signals(signum).name}")
         else:
@@ -304,7 +310,9 @@ class Worker:
         o.exit_code = code if code >= 0 else None
         o.exit_signal = signum
         if o.end_step is None:
-            o.end_step = p.fields.get("step")
+            # Progress reaches us in batches; a committed checkpoint is proof of at least its step.
+            known = [x for x in (p.fields.get("step"), p.newest_checkpoint) if x is not None]
+            o.end_step = max(known) if known else None
         if peak is not None:
             o.peak_memory_bytes = max(peak, o.peak_memory_bytes or 0)
         if o.reason not in (Reason.COMPLETED, Reason.PREEMPTED) and not o.error_tail:

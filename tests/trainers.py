@@ -61,6 +61,7 @@ def train(cfg: dict[str, Any], run: sweepq.Run) -> dict[str, Any] | None:
         if delay:
             time.sleep(delay)
         if run.should_stop:
+            time.sleep(float(cfg.get("stop_delay", 0.0)))  # a slow emergency checkpoint
             run.checkpoint(state, step, force=True)
             marker.unlink(missing_ok=True)
             return None

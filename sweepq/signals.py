@@ -1,0 +1,50 @@
+"""Preemption signals in a training process: handlers that only set a flag.
+
+Kept free of heavy imports so a training process installs its handlers before
+it spends a second importing torch: a SIGTERM during start-up is then a
+preemption like any other, not a death by the default handler.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
+
+_stop = threading.Event()
+_received: list[int] = []
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    _received.append(signum)
+    _stop.set()
+
+
+def install() -> None:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _on_signal)
+
+
+def requested() -> bool:
+    return _stop.is_set()
+
+
+def first_signal() -> int | None:
+    return _received[0] if _received else None
+
+
+def describe() -> str:
+    sig = first_signal()
+    return signal.Signals(sig).name if sig else "a signal"
+
+
+def request() -> None:
+    """Ask the training code to stop as if a signal arrived (tests, in-process use)."""
+    _stop.set()
+
+
+def clear() -> None:
+    _stop.clear()
+    _received.clear()

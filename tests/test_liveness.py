@@ -1,0 +1,97 @@
+"""Liveness with real SIGKILLs: the lock is the proof of life, never two writers."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import psutil
+from conftest import cli, cli_json, start, tree, wait_for, write
+
+SPEC = """
+name: live
+train: trainers:train
+root: runs/live
+params: {steps: 200, delay: 0.02, stop_delay: 3.0}
+checkpoint: {every_steps: 10}
+groups:
+  - name: a
+    grid: {seed: [1]}
+"""
+
+
+def attempt_process(launch_pid: int) -> tuple[psutil.Process, psutil.Process]:
+    """(worker, training process) under a launch."""
+    procs = tree(launch_pid)
+    runner = next(p for p in procs if "sweepq.attempt" in " ".join(p.cmdline()))
+    return runner.parent(), runner
+
+
+def test_killed_worker_leaves_training_process_to_finish_and_no_second_writer(sweep_dir: Path) -> None:
+    spec = write(sweep_dir / "live.yaml", SPEC)
+    root = sweep_dir / "runs" / "live"
+    a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
+    wait_for(lambda: len(tree(a.pid)) >= 3 and any("sweepq.attempt" in " ".join(p.cmdline()) for p in tree(a.pid)),
+             what="training process started")
+    wait_for(lambda: (root / "cells/1.1/checkpoints").exists() and any((root / "cells/1.1/checkpoints").iterdir()),
+             what="a first checkpoint")
+    worker, runner = attempt_process(a.pid)
+    worker.send_signal(signal.SIGKILL)
+    a.send_signal(signal.SIGKILL)
+    # A second launch arrives while the orphaned training process is still writing
+    # its emergency checkpoint (it takes 3 s to stop): it must wait for the lock.
+    b = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
+    assert runner.is_running()
+    out, _ = b.communicate(timeout=300)
+    assert b.returncode == 0, out
+    assert not runner.is_running()
+
+    first, second = cli_json("show", "1.1", "--root", str(root))["attempts"]
+    assert first["reason"] == "preempted"  # closed by the orphan itself, receipt before it exited
+    assert "SIGTERM" in (first["note"] or "")
+    assert second["reason"] == "completed"
+    assert second["started_at"] >= first["ended_at"]
+    assert second["start_step"] == first["end_step"] > 0  # nothing lost on a graceful stop
+
+
+def test_killed_training_process_is_lost_and_resumes_from_checkpoint(sweep_dir: Path) -> None:
+    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0"))
+    root = sweep_dir / "runs" / "live"
+    a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
+    wait_for(lambda: (root / "cells/1.1/checkpoints").exists() and len(list((root / "cells/1.1/checkpoints").glob("step-*"))) >= 2,
+             what="two checkpoints")
+    _, runner = attempt_process(a.pid)
+    runner.send_signal(signal.SIGKILL)
+    out, _ = a.communicate(timeout=300)
+    assert a.returncode == 0, out
+    first, second = cli_json("show", "1.1", "--root", str(root))["attempts"]
+    assert first["reason"] == "lost" and first["exit_signal"] == signal.SIGKILL
+    assert "SIGKILL" in first["note"]
+    assert 0 < second["start_step"] <= first["end_step"]
+    assert second["reason"] == "completed"
+    report = {r["reason"]: r for r in cli_json("report", "--root", str(root))}
+    assert report["lost"]["steps_lost"] == first["end_step"] - second["start_step"]
+
+
+def test_sigterm_to_every_process_preempts_with_receipts_and_zero_lost_steps(sweep_dir: Path) -> None:
+    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0").replace("seed: [1]", "seed: [1, 2]"))
+    root = sweep_dir / "runs" / "live"
+    a = start("launch", str(spec), "--workers", "2", cwd=sweep_dir)
+    wait_for(lambda: sum("sweepq.attempt" in " ".join(p.cmdline()) for p in tree(a.pid)) == 2, what="two cells running")
+    time.sleep(1.0)
+    for p in tree(a.pid):  # like `pkill -TERM -f sweepq`
+        p.send_signal(signal.SIGTERM)
+    out, _ = a.communicate(timeout=120)
+    assert a.returncode == 130, out
+    status = {c["cell"]: c for c in cli_json("status", "--root", str(root))}
+    assert {c["state"] for c in status.values()} == {"interrupted"}
+    for cell in status:
+        (att,) = cli_json("show", cell, "--root", str(root))["attempts"]
+        assert att["reason"] == "preempted" and att["ended_at"]
+        steps = sorted(int(p.name.split("-")[1]) for p in (root / "cells" / cell / "checkpoints").glob("step-*"))
+        assert steps[-1] == att["end_step"]  # the emergency checkpoint is the last step trained
+    again = cli("launch", str(spec), cwd=sweep_dir)
+    assert again.returncode == 0, again.stdout + again.stderr
+    report = {r["reason"]: r for r in cli_json("report", "--root", str(root))}
+    assert report["preempted"]["steps_lost"] == 0
