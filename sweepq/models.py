@@ -73,8 +73,9 @@ class CellRow(Base):
     # Attempts numbered above this count against the retry budgets
     # (`sweepq retry` gives a fresh budget by raising it).
     budget_base: Mapped[int] = mapped_column(default=0)
-    # Set by `sweepq retry`-free rollbacks: the newest step a retry may resume from.
-    resume_max_step: Mapped[int | None]
+    # Where the last attempt saw a non-finite loss: the next attempt rolls back
+    # to the checkpoint before the one preceding it (cleared when claimed).
+    nan_step: Mapped[int | None]
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     removed: Mapped[bool] = mapped_column(default=False)  # gone from the sweep file
     step: Mapped[int | None]
@@ -112,7 +113,7 @@ class AttemptRow(Base):
     ended_at: Mapped[datetime | None]
     start_step: Mapped[int] = mapped_column(default=0)
     start_checkpoint_sha: Mapped[str | None] = mapped_column(String(64))
-    resume_max_step: Mapped[int | None]
+    nan_step: Mapped[int | None]  # the previous attempt's bad step this one rolled back from
     end_step: Mapped[int | None]
     reason: Mapped[str | None] = mapped_column(String(16))
     exit_code: Mapped[int | None]

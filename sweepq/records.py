@@ -85,7 +85,7 @@ class AttemptRecord:
     ended_at: datetime | None
     start_step: int
     start_checkpoint_sha: str | None
-    resume_max_step: int | None
+    nan_step: int | None
     end_step: int | None
     reason: str | None
     exit_code: int | None
@@ -154,7 +154,7 @@ class Claim:
     cell: str
     number: int
     cfg: dict[str, Any]
-    resume_max_step: int | None  # set after a `nan`: resume from no later than this step
+    nan_step: int | None  # after a `nan`: the bad step; resume from before the checkpoint preceding it
     previous_reason: str | None
 
 

@@ -73,11 +73,12 @@ def best_per_cell(store: Store, metric: Metric | None, top: int) -> list[dict[st
             "checkpoint": best_ckpt[1].path if best_ckpt else None,
             "rank": None,
         })
-    ranked = [r for r in rows if r["best"] is not None]
+    # Winners are finished cells: a failed cell's early score is not a result.
+    ranked = [r for r in rows if r["best"] is not None and r["state"] == "done"]
     ranked.sort(key=lambda r: r["best"], reverse=metric is None or metric.goal == "max")
     for i, r in enumerate(ranked[:top], start=1):
         r["rank"] = i
-    return ranked + [r for r in rows if r["best"] is None]
+    return ranked + [r for r in rows if r not in ranked]
 
 
 def _finite(v: Any) -> bool:

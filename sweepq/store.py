@@ -298,6 +298,7 @@ class Store:
             row = s.get(CellRow, cell_id)
             assert row is not None
             s.refresh(row)
+            nan_step, row.nan_step = row.nan_step, None  # the rollback is this attempt's alone
             s.add(
                 AttemptRow(
                     cell_id=cell_id,
@@ -307,11 +308,11 @@ class Store:
                     worker_pid=worker.pid,
                     started_at=now,
                     start_step=0,
-                    resume_max_step=row.resume_max_step,
+                    nan_step=nan_step,
                     gpus=[],
                 )
             )
-            return Claim(cell_id, row.attempts, row.cfg, row.resume_max_step, row.last_reason)
+            return Claim(cell_id, row.attempts, row.cfg, nan_step, row.last_reason)
 
     def attempt_started(self, cell: str, number: int, **fields: Any) -> None:
         """Fill in what the training process learned at start (pid, resume step, env)."""
@@ -439,13 +440,13 @@ class Store:
                 values["retry_after"] = now + timedelta(seconds=delay)
             if target is CellState.DONE:
                 values["finished_at"] = now
-                values["resume_max_step"] = None
+                values["nan_step"] = None
                 if isinstance(outcome.metrics, dict):
                     values["metrics"] = _json_safe({**(row.metrics or {}), **outcome.metrics})
             if target is CellState.FAILED:
                 values["finished_at"] = now
             if reason is Reason.NAN:
-                values["resume_max_step"] = outcome.nan_step
+                values["nan_step"] = outcome.nan_step
             self._guarded_cell_update(s, cell, CellState.RUNNING, target, values)
             return target
 
@@ -554,7 +555,7 @@ class Store:
                 if clear_progress:
                     values.update(
                         step=None, epoch=None, metrics=None, best=None, best_step=None,
-                        resume_max_step=None, last_reason=None,
+                        nan_step=None, last_reason=None,
                     )
                 res = s.execute(
                     update(CellRow)
@@ -670,7 +671,7 @@ def _attempt(r: AttemptRow) -> AttemptRecord:
         ended_at=r.ended_at,
         start_step=r.start_step,
         start_checkpoint_sha=r.start_checkpoint_sha,
-        resume_max_step=r.resume_max_step,
+        nan_step=r.nan_step,
         end_step=r.end_step,
         reason=r.reason,
         exit_code=r.exit_code,

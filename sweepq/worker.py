@@ -156,7 +156,7 @@ class Worker:
             cfg=claim.cfg,
             cfg_hash=cell.cfg_hash,
             settings=settings.to_json(),
-            nan_step=claim.resume_max_step,
+            nan_step=claim.nan_step,
             previous_reason=claim.previous_reason,
             worker_pid=os.getpid(),
         )

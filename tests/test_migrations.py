@@ -1,0 +1,73 @@
+"""The schema comes from alembic migrations, equals the models, and ships inside the wheel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect
+
+from sweepq import db
+from sweepq.models import Base
+from sweepq.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_migrated_schema_equals_the_models(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "root", create=True)
+    try:
+        with store.engine.connect() as conn:
+            diffs = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+            assert diffs == []
+            assert db.current_revision(store.engine) == db.head_revision()
+            tables = set(inspect(conn).get_table_names())
+        assert tables == set(Base.metadata.tables) | {"alembic_version"}
+        mode = store.engine.connect().exec_driver_sql("PRAGMA journal_mode").scalar()
+        assert mode == "wal"
+    finally:
+        store.close()
+
+
+def test_read_commands_refuse_an_unmigrated_database(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    engine = db.make_engine(root / "sweepq.db")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("create table t (x int)")
+    engine.dispose()
+    r = subprocess.run([sys.executable, "-m", "sweepq.cli", "status", "--root", str(root)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "schema revision None" in r.stderr
+    assert db.current_revision(db.make_engine(root / "sweepq.db")) is None  # status did not migrate
+
+
+def test_installed_wheel_creates_a_root_without_the_source_tree(tmp_path: Path) -> None:
+    """migrations/ is a top-level folder: the wheel must carry it as sweepq.migrations."""
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(REPO)],
+        check=True, capture_output=True,
+    )
+    (wheel,) = dist.glob("sweepq-*.whl")
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True, capture_output=True,
+    )
+    assert (target / "sweepq" / "migrations" / "versions" / "0001_initial.py").exists()
+    code = (
+        "import sweepq, sweepq.db as d; from pathlib import Path; from sweepq.store import Store;"
+        "s = Store.open(Path('root'), create=True);"
+        "print(sweepq.__file__); print(d.migrations_dir()); print(d.current_revision(s.engine))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(target))
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    module, migrations, revision = r.stdout.split()
+    assert module.startswith(str(target)) and migrations.startswith(str(target))
+    assert revision == db.head_revision()
