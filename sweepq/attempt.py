@@ -18,11 +18,9 @@ if __name__ == "__main__":
     # SIGTERM during start-up must be a preemption, not a death.
     signals.install()
 
-import ctypes
 import importlib
 import os
 import resource
-import signal
 import sys
 import time
 import traceback
@@ -33,25 +31,15 @@ from . import fingerprint, manifest, marker
 from .atomic import atomic_write_json
 from .channel import Channel
 from .layout import CellPaths
-from .lock import verify_inherited
+from .lock import ENV_LOCK_FD, verify_inherited
+from .procs import die_with_parent, orphaned
 from .records import Outcome
 from .run import AttemptSpec, DataError, NonFiniteLoss, Run
 from .spec import Settings
 from .states import Reason
 
-ENV_LOCK_FD = "SWEEPQ_LOCK_FD"
 EXIT_CODES = {Reason.COMPLETED: 0, Reason.PREEMPTED: 75}  # 75: EX_TEMPFAIL, "run me again"
 TAIL_LINES = 40
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Ask Linux to send `sig` when the worker dies: a preemption, never an orphan that trains on."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the worker's death is noticed by polling
-        pass
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:
@@ -185,11 +173,8 @@ def close_as_orphan(spec: AttemptSpec, outcome: Outcome) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signals.install()
-    die_with_parent()
-    spec_file = Path(argv[0])
-    spec = AttemptSpec.load(spec_file)
-    if spec.worker_pid and os.getppid() != spec.worker_pid:
-        os.kill(os.getpid(), signal.SIGTERM)  # the worker died before prctl: behave as told
+    spec = AttemptSpec.load(Path(argv[0]))
+    die_with_parent(spec.worker_pid)
     verify_inherited(int(os.environ[ENV_LOCK_FD]))
     settings = Settings.from_json(spec.settings)
     paths = CellPaths(Path(spec.root), spec.cell)
@@ -230,10 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         outcome.start_checkpoint_sha = run.start_sha
     atomic_write_json(paths.receipt(spec.attempt), outcome.to_json())
     channel.send("end", outcome=outcome.to_json())
-    if spec.worker_pid and os.getppid() != spec.worker_pid:
+    if orphaned(spec.worker_pid):
         close_as_orphan(spec, outcome)
     sys.stdout.flush()
     sys.stderr.flush()
+    if not settings.train:
+        from .program import exit_like
+
+        return exit_like(outcome)  # the program's exit code or signal, for the receipt
     return EXIT_CODES.get(Reason(outcome.reason), 1)
 
 

@@ -105,13 +105,16 @@ def plan(spec: str, as_json: bool) -> None:
     for r in rows:
         cells = [r["cell"], r["group"], json.dumps(r["cfg"], sort_keys=True)]
         if "command" in r:
-            import shlex
+            from .program import shell_join
 
-            cells.append(shlex.join(r["command"]))
+            cells.append(shell_join(r["command"]))
         table.add_row(*cells)
     con = out()
     entry = sweep.settings.train or sweep.settings.program
-    con.print(f"{sweep.settings.name}: {len(rows)} cells in {len(sweep.groups)} group(s), root {root}, runs {entry}")
+    con.print(
+        f"{sweep.settings.name}: {len(rows)} cells in {len(sweep.groups)} group(s), "
+        f"root {render.shown_path(root)}, runs {entry}"
+    )
     con.print(table)
 
 
@@ -139,15 +142,15 @@ def launch_cmd(spec: str, root: str | None, workers: int, gpus: str | None, acce
 @main.command()
 @click.option("--root", "root", required=True, metavar="DIR", help="The sweep root.")
 @click.option("--name", default=None, help="This worker's name in receipts (default host:pid).")
-@click.option("--die-with-parent", is_flag=True, hidden=True)
+@click.option("--parent-pid", type=int, default=None, hidden=True, help="Stop gracefully when this process dies.")
 @friendly
-def worker(root: str, name: str | None, die_with_parent: bool) -> None:
+def worker(root: str, name: str | None, parent_pid: int | None) -> None:
     """Run one worker on an existing sweep root (for other machines and schedulers)."""
-    from .attempt import die_with_parent as prctl_die
+    from .procs import die_with_parent
     from .worker import Worker
 
-    if die_with_parent:
-        prctl_die()
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     path = resolve_root(None, root)
     if not RootPaths(path).db.exists():
         raise UsageError(f"{path} is not a sweep root: launch the sweep once with `sweepq launch SPEC --root {root}`")
@@ -169,23 +172,38 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool) -> No
     try:
         metric = store.settings().metric
         if as_json:
-            print_json([c.to_json() for c in store.cells()])
+            print_json([c.to_json() | {"alive": _alive(store, c)} for c in store.cells()])
             return
         con = out()
         if not watch:
-            con.print(render.status_table(store.cells(), metric))
+            con.print(render.status_table(store.cells(), metric, dead=_dead_running(store)))
             return
         from rich.live import Live
 
         with Live(console=con, refresh_per_second=2) as live:
             try:
                 while True:
-                    live.update(render.status_table(store.cells(), metric))
+                    live.update(render.status_table(store.cells(), metric, dead=_dead_running(store)))
                     time.sleep(1)
             except KeyboardInterrupt:
                 pass
     finally:
         store.close()
+
+
+def _alive(store: Store, cell: Any) -> bool | None:
+    """For running cells: does a live process hold the cell's lock? (None for other states.)"""
+    from .layout import CellPaths
+    from .lock import is_free
+    from .states import CellState
+
+    if cell.state is not CellState.RUNNING:
+        return None
+    return not is_free(CellPaths(store.root, cell.id).lock)
+
+
+def _dead_running(store: Store) -> set[str]:
+    return {c.id for c in store.cells() if _alive(store, c) is False}
 
 
 @main.command()

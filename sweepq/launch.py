@@ -118,7 +118,7 @@ def describe_start(store: Store, p: Prepared, console: Console) -> None:
     done = [c.id for c in cells if c.state is CellState.DONE]
     resume = [c for c in cells if c.state is CellState.INTERRUPTED]
     queued = [c.id for c in cells if c.state is CellState.QUEUED]
-    console.print(f"sweep [bold]{p.sweep.settings.name}[/] at {p.root}: {len(cells)} cells")
+    console.print(f"sweep [bold]{p.sweep.settings.name}[/] at {render.shown_path(p.root)}: {len(cells)} cells")
     if p.plan.new and len(p.plan.new) != len(cells):
         console.print(f"  new cells: {', '.join(c.id for c in p.plan.new)}")
     if p.plan.removed:
@@ -170,7 +170,7 @@ class Launcher:
             self.procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "sweepq.cli", "worker", "--root", str(self.root),
-                     "--name", f"{os.uname().nodename}:{os.getpid()}/w{i + 1}", "--die-with-parent"],
+                     "--name", f"{os.uname().nodename}:{os.getpid()}/w{i + 1}", "--parent-pid", str(os.getpid())],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                     start_new_session=True,  # only this launcher signals them
                 )

@@ -24,7 +24,7 @@ def sync_checkpoints(store: Store, cell: str) -> None:
     """Make the database's checkpoint rows agree with the committed folders on disk."""
     paths = CellPaths(store.root, cell)
     on_disk = manifest.committed_manifests(paths)
-    known = {c.step: c for c in store.checkpoints(cell)}
+    known = {c.step: c for c in store.checkpoints(cell) if c.state != CheckpointState.CORRUPT}
     for step, m in on_disk.items():
         row = known.get(step)
         if row is not None and row.state == CheckpointState.COMMITTED and row.manifest_sha256:

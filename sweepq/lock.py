@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from filelock import lock_descriptor, unlock_descriptor
+from filelock import lock_descriptor
+
+ENV_LOCK_FD = "SWEEPQ_LOCK_FD"  # the inherited, locked descriptor of a training process
 
 
 class CellLock:
@@ -60,6 +62,3 @@ def verify_inherited(fd: int) -> None:
     """In the training process: make sure the inherited descriptor really holds the lock."""
     if not lock_descriptor(fd, blocking=False):
         raise RuntimeError("the cell lock handed to this process is held by another process")
-
-
-__all__ = ["CellLock", "is_free", "verify_inherited", "unlock_descriptor"]

@@ -152,7 +152,9 @@ class CheckpointRow(Base):
     created_at: Mapped[datetime]
     note: Mapped[str | None] = mapped_column(Text)
 
-    __table_args__ = (UniqueConstraint("cell_id", "step", name="uq_checkpoints_cell_step"),)
+    # Not unique: a corrupt checkpoint keeps its row (moved aside) when a later
+    # attempt commits the same step again.
+    __table_args__ = (Index("ix_checkpoints_cell_step", "cell_id", "step"),)
 
 
 class EventRow(Base):

@@ -45,6 +45,17 @@ class _Null:
         pass
 
 
+def shown_path(p: Any) -> str:
+    """A path as a user typed it: relative to the current folder when inside it."""
+    from pathlib import Path
+
+    path = Path(p)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
+
+
 def fmt_num(v: Any) -> str:
     if v is None:
         return ""
@@ -125,7 +136,10 @@ def summary(cells: Sequence[CellRecord]) -> Text:
     return line
 
 
-def status_table(cells: Sequence[CellRecord], metric: Metric | None, title: str | None = None) -> RenderableType:
+def status_table(
+    cells: Sequence[CellRecord], metric: Metric | None, title: str | None = None, dead: set[str] | None = None
+) -> RenderableType:
+    dead = dead or set()
     mname = metric.name if metric else next((metric_of(c, None)[0] for c in cells if c.metrics), "")
     cols: list[tuple[str, Any, str]] = [
         ("cell", lambda c: c.id + (" (gone)" if c.removed else ""), "left"),
@@ -138,7 +152,7 @@ def status_table(cells: Sequence[CellRecord], metric: Metric | None, title: str 
         ("best", lambda c: fmt_num(c.best), "right"),
         ("attempts", lambda c: str(c.attempts) if c.attempts else "", "right"),
         ("last reason", lambda c: c.last_reason or "", "left"),
-        ("note", _cell_note, "left"),
+        ("note", lambda c: "no live process: reaped at the next launch" if c.id in dead else _cell_note(c), "left"),
     ]
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
     rows = [[fn(c) for _, fn, _ in cols] for c in cells]

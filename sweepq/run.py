@@ -20,21 +20,20 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import checkpoint, manifest, serialize, signals
-from .atomic import atomic_write_json, read_json
+from . import checkpoint, fingerprint, manifest, serialize, signals
 from .channel import Channel
+from .records import ENV_ATTEMPT_FILE, AttemptSpec
 from .layout import CellPaths
 from .spec import CheckpointPolicy, Metric, Settings
 
-ENV_ATTEMPT_FILE = "SWEEPQ_ATTEMPT_FILE"
 
 # Automatic cadence: checkpoint often enough that the overhead stays near this
 # share of the run, within these bounds (seconds).
@@ -55,29 +54,6 @@ class NonFiniteLoss(FloatingPointError):
     def __init__(self, step: int, name: str, value: float) -> None:
         super().__init__(f"non-finite {name}={value} at step {step}")
         self.step, self.name, self.value = step, name, value
-
-
-@dataclass
-class AttemptSpec:
-    """What a worker tells a training process about its attempt (attempts/<n>/attempt.json)."""
-
-    root: str
-    cell: str
-    attempt: int
-    cfg: dict[str, Any]
-    cfg_hash: str
-    settings: dict[str, Any]
-    nan_step: int | None = None
-    previous_reason: str | None = None
-    worker_pid: int | None = None
-    fingerprints: dict[str, Any] = field(default_factory=dict)
-
-    def save(self, path: Path) -> None:
-        atomic_write_json(path, self.__dict__)
-
-    @classmethod
-    def load(cls, path: Path) -> "AttemptSpec":
-        return cls(**read_json(path))
 
 
 class Run:
@@ -115,6 +91,7 @@ class Run:
         self.final_metrics: dict[str, Any] | None = None
         self.stall_seconds: list[float] = []
         self.corrupt: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
 
     # -- the public API ---------------------------------------------------------
 
@@ -134,7 +111,7 @@ class Run:
         loaded = checkpoint.load_newest(self.paths, max_step, on_corrupt=self._report_corrupt)
         self._state_ref = state
         if loaded is None:
-            self._channel.send("fresh", rollback=max_step is not None)
+            self._channel.send("fresh", rollback=max_step is not None, none_verified=bool(self.corrupt))
             return False
         self._supersede_after(loaded.step, "abandoned: the attempt resumed from an earlier step")
         plain = loaded.state
@@ -145,7 +122,10 @@ class Run:
             serialize.restore_rng(loaded.rng)
         self.start_step = self.last_step = self._last_scheduled = loaded.step
         self.start_sha = loaded.manifest_sha256
+        self._warn_if_changed(loaded.manifest.get("fingerprints") or {}, loaded.step)
         self.epoch = loaded.manifest.get("epoch")
+        best = loaded.manifest.get("best") or {}
+        self.best, self.best_step = best.get("value"), best.get("step")
         self._last_time = time.monotonic()
         self._channel.send(
             "resumed",
@@ -155,6 +135,8 @@ class Run:
             epoch=self.epoch,
             metrics=loaded.manifest.get("metrics") or {},
             rollback=max_step is not None,
+            best=self.best,
+            best_step=self.best_step,
         )
         return True
 
@@ -202,28 +184,65 @@ class Run:
         self._channel.send("total", steps=self.total_steps, epochs=self.total_epochs)
 
     def finish(self, metrics: dict[str, Any] | None = None) -> None:
-        """For programs using `Run.from_env()`: flush checkpoints and record final metrics."""
-        self.final_metrics = dict(metrics) if metrics else {}
+        """Training completed: commit the last step and record the final metrics (kept in DONE.json).
+
+        For programs using `Run.from_env()` (in-process `train` returns its metrics
+        instead). Waits for the checkpoint in flight, commits a final checkpoint when
+        the last step trained is newer than the last one committed, and tells sweepq
+        that the program completed: the cell is done once the program exits 0.
+        """
+        self.final_metrics = {str(k): _scalar(v) for k, v in (metrics or {}).items()}
+        if self._state_ref is not None:  # the final checkpoint, even before the cadence's first
+            self.checkpoint(self._state_ref, self.last_step, force=True)  # (a no-op when committed)
         self.close(completed=True)
-        atomic_write_json(self.paths.attempt_dir(self.attempt) / "result.json", {"metrics": self.final_metrics})
+        reporter = getattr(self, "_reporter", None)
+        if reporter is not None:
+            reporter.finished_with(self.final_metrics)
 
     @classmethod
-    def from_env(cls) -> "Run":
-        """The Run of a program that sweepq started as a subprocess cell."""
+    def from_env(cls, required: bool = True) -> Run | None:
+        """The Run of a program that sweepq started as a subprocess cell (`program:`, W&B files).
+
+        Same API as in-process training: restore, checkpoint, log, set_total,
+        should_stop, plus `finish(metrics)` at the end. It installs the preemption
+        signal handlers, and hooks that report how the program ended: an uncaught
+        DataError, MemoryError or non-finite loss ends the attempt `data_error`,
+        `oom` or `nan` as in-process, and the checkpoint being written when the
+        program exits is waited for. Call it once, in one process (rank 0 under DDP).
+
+        Outside sweepq it raises RuntimeError, or returns None when `required=False`
+        (so one script runs both under sweepq and on its own).
+        """
+        existing = getattr(cls, "_from_env", None)
+        if existing is not None:
+            return existing
         path = os.environ.get(ENV_ATTEMPT_FILE)
         if not path:
+            if not required:
+                return None
             raise RuntimeError(
-                "Run.from_env() found no SWEEPQ_ATTEMPT_FILE: this program was not started by sweepq"
+                f"Run.from_env() found no {ENV_ATTEMPT_FILE}: this program was not started by sweepq "
+                "(use Run.from_env(required=False) to run it on its own too)"
             )
+        from . import program
+        from .lock import ENV_LOCK_FD, verify_inherited
+
         signals.install()
-        return cls(AttemptSpec.load(Path(path)), Channel.from_env())
+        lock_fd = os.environ.get(ENV_LOCK_FD)
+        if lock_fd:
+            verify_inherited(int(lock_fd))  # never a second writer of this cell's checkpoints
+        run = cls(AttemptSpec.load(Path(path)), Channel.from_env())
+        run._reporter = program.attach(run)  # type: ignore[attr-defined]
+        Run._from_env = run  # type: ignore[attr-defined]
+        return run
 
     # -- used by the attempt runner ------------------------------------------------
 
     def close(self, completed: bool) -> None:
         """Wait for the write in flight; on completion make sure the last step is committed."""
         self._writer.flush()
-        if completed and self._state_ref is not None and self.last_step > self._last_scheduled >= 0:
+        # The final state is committed even when the cadence never came due (short cells).
+        if completed and self._state_ref is not None and self.last_step > self._last_scheduled:
             self._save(self._state_ref, self.last_step, {})
             self._writer.flush()
         self._send_log()
@@ -256,6 +275,7 @@ class Run:
             "attempt": self.attempt,
             "epoch": self.epoch,
             "metrics": {k: _scalar(v) for k, v in metrics.items()},
+            "best": {"value": self.best, "step": self.best_step},  # the metric's best so far, resumed with it
             "cfg_hash": self._spec.cfg_hash,
             "fingerprints": self._spec.fingerprints,
         }
@@ -308,6 +328,16 @@ class Run:
                 self._manifests.pop(s, None)
         if later:
             self._channel.send("superseded", steps=later, note=note)
+
+    def _warn_if_changed(self, then: dict[str, Any], step: int) -> None:
+        """Resuming weights under different code or data is usually a mistake: say so."""
+        notes = fingerprint.changes(then, self._spec.fingerprints)
+        if not notes:
+            return
+        for note in notes:
+            print(f"sweepq warning: resuming {self.cell} from step {step}: {note}", file=sys.stderr, flush=True)
+        self.warnings.extend(notes)
+        self._channel.send("warning", kind="resumed_under_changes", step=step, notes=notes)
 
     def _rollback_target(self) -> int | None:
         """After a `nan`: resume from the checkpoint before the one the bad interval started from."""

@@ -374,7 +374,11 @@ class Store:
         now = self.clock()
         with self._write() as s:
             row = s.scalar(
-                select(CheckpointRow).where(CheckpointRow.cell_id == cell, CheckpointRow.step == step)
+                select(CheckpointRow).where(
+                    CheckpointRow.cell_id == cell,
+                    CheckpointRow.step == step,
+                    CheckpointRow.state != CheckpointState.CORRUPT,
+                )
             )
             if row is None:
                 row = CheckpointRow(cell_id=cell, step=step, created_at=created_at or now, path=path)
@@ -401,7 +405,11 @@ class Store:
                 values["note"] = note
             s.execute(
                 update(CheckpointRow)
-                .where(CheckpointRow.cell_id == cell, CheckpointRow.step.in_(steps))
+                .where(
+                    CheckpointRow.cell_id == cell,
+                    CheckpointRow.step.in_(steps),
+                    CheckpointRow.state != CheckpointState.CORRUPT,
+                )
                 .values(**values)
             )
 

@@ -21,18 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from . import channel as chan
-from .attempt import ENV_LOCK_FD, TAIL_LINES
 from .layout import CellPaths
 from .liveness import finish_attempt, reap, reconcile_markers
-from .lock import CellLock
+from .lock import ENV_LOCK_FD, CellLock
 from .memory import OomCounters, judge_sigkill
 from .records import Claim, Outcome, WorkerInfo
-from .run import ENV_ATTEMPT_FILE, AttemptSpec
+from .records import ENV_ATTEMPT_FILE, AttemptSpec
 from .spec import Settings
 from .states import Reason
 from .store import CheckpointState, Store
 
 POLL_S = 0.5
+TAIL_LINES = 40
 FLUSH_S = 1.0  # progress reaches the database at most once a second per cell
 GRACE_S = float(os.environ.get("SWEEPQ_GRACE_SECONDS", "60"))
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -52,6 +52,8 @@ class Progress:
     corrupt: list[dict[str, Any]] = field(default_factory=list)
     end: dict[str, Any] | None = None
     newest_checkpoint: int | None = None  # committed by this attempt
+    notes: list[str] = field(default_factory=list)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def take(self, msg: dict[str, Any]) -> None:
         kind = msg.get("t")
@@ -59,9 +61,14 @@ class Progress:
             self.started.update({k: v for k, v in msg.items() if k != "t"})
         elif kind == "resumed":
             self.started.update(start_step=msg["step"], start_checkpoint_sha=msg.get("sha"))
-            self._set(step=msg["step"], epoch=msg.get("epoch"))
+            self._set(step=msg["step"], epoch=msg.get("epoch"), best=msg.get("best"), best_step=msg.get("best_step"))
         elif kind == "fresh":
             self.started.update(start_step=0)
+            if msg.get("none_verified"):
+                self.notes.append("no checkpoint verified: started from scratch")
+                self.events.append(("restarted_from_scratch", {"why": "no checkpoint verified"}))
+            elif msg.get("rollback"):
+                self.notes.append("rolled back past every checkpoint: started from scratch")
         elif kind == "total":
             self._set(total_steps=msg.get("steps"), total_epochs=msg.get("epochs"))
         elif kind == "log":
@@ -76,6 +83,9 @@ class Progress:
             self.superseded.append((list(msg.get("steps") or []), msg.get("note") or ""))
         elif kind == "corrupt":
             self.corrupt.append(msg)
+        elif kind == "warning":
+            self.notes.extend(msg.get("notes") or [])
+            self.events.append((msg.get("kind") or "warning", {"step": msg.get("step"), "notes": msg.get("notes")}))
         elif kind == "end":
             self.end = msg.get("outcome")
 
@@ -210,6 +220,9 @@ class Worker:
             if ready:
                 for msg in chan.receive(sock):
                     progress.take(msg)
+                if progress.started:  # where it resumed from is a receipt field: record it at once
+                    self.store.attempt_started(claim.cell, claim.number, **progress.started)
+                    progress.started = {}
             pid, status, rusage = os.wait4(self.child.pid, os.WNOHANG)
             if pid:
                 self.child.returncode = os.waitstatus_to_exitcode(status)
@@ -255,6 +268,9 @@ class Worker:
         for steps, note in p.superseded:
             store.set_checkpoint_state(claim.cell, steps, CheckpointState.SUPERSEDED, note=note)
         p.superseded = []
+        for kind, detail in p.events:
+            store.add_event(claim.cell, kind, detail)
+        p.events = []
         for c in p.corrupt:
             store.record_checkpoint(
                 claim.cell, int(c["step"]),
@@ -315,6 +331,8 @@ class Worker:
             o.end_step = max(known) if known else None
         if peak is not None:
             o.peak_memory_bytes = max(peak, o.peak_memory_bytes or 0)
+        if p.notes:
+            o.note = "; ".join(p.notes + ([o.note] if o.note else []))
         if o.reason not in (Reason.COMPLETED, Reason.PREEMPTED) and not o.error_tail:
             o.error_tail = _tail_file(paths.stderr(claim.number))
         return o

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 HERE = Path(__file__).parent
+REPO_ROOT = HERE.parent
 SWEEPQ = [sys.executable, "-m", "sweepq.cli"]
 
 

@@ -95,3 +95,28 @@ def test_sigterm_to_every_process_preempts_with_receipts_and_zero_lost_steps(swe
     assert again.returncode == 0, again.stdout + again.stderr
     report = {r["reason"]: r for r in cli_json("report", "--root", str(root))}
     assert report["preempted"]["steps_lost"] == 0
+
+
+def test_resume_under_changed_code_or_data_warns_and_records_it(sweep_dir: Path) -> None:
+    write(sweep_dir / "data.txt", "shard 1\n")
+    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0") + "data: [data.txt]\n")
+    root = sweep_dir / "runs" / "live"
+    a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
+    wait_for(lambda: len(list((root / "cells/1.1/checkpoints").glob("step-*"))) >= 1 if (root / "cells/1.1/checkpoints").exists() else False,
+             what="a checkpoint")
+    a.send_signal(signal.SIGTERM)
+    a.communicate(timeout=120)
+    trainers = sweep_dir / "trainers.py"
+    trainers.write_text(trainers.read_text() + "\n# edited after the checkpoint\n")
+    write(sweep_dir / "data.txt", "shard 1, regenerated\n")
+    r = cli("launch", str(spec), cwd=sweep_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    show = cli_json("show", "1.1", "--root", str(root))
+    resumed = show["attempts"][1]
+    assert resumed["start_step"] > 0
+    assert "training code" in resumed["note"] and "data" in resumed["note"]
+    (event,) = [e for e in show["history"] if e["kind"] == "resumed_under_changes"]
+    assert event["detail"]["step"] == resumed["start_step"] and len(event["detail"]["notes"]) == 2
+    assert resumed["code_fingerprint"]["sha256"] != show["attempts"][0]["code_fingerprint"]["sha256"]
+    stderr = (root / "cells/1.1/attempts/2/stderr.log").read_text()
+    assert "sweepq warning: resuming 1.1" in stderr

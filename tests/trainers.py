@@ -37,6 +37,13 @@ def _guard(run: sweepq.Run) -> Path:
 def train(cfg: dict[str, Any], run: sweepq.Run) -> dict[str, Any] | None:
     """A random walk of a small tensor: deterministic given the RNG, checkpointed fully."""
     marker = _guard(run)
+    if cfg.get("crash_at") and run.attempt == 1:
+        # Test-only fault injection (see sweepq.manifest.crash_point), per cell.
+        import sweepq.checkpoint
+        import sweepq.manifest
+
+        sweepq.manifest.CRASH_AT = sweepq.checkpoint.CRASH_AT = cfg["crash_at"]
+        sweepq.manifest._CRASH_AFTER = int(cfg.get("crash_after", 2))
     steps = int(cfg.get("steps", 50))
     delay = float(cfg.get("delay", 0.0))
     torch.manual_seed(int(cfg.get("seed", 0)))

@@ -119,12 +119,16 @@ def upgrade() -> None:
     sa.Column('created_at', sa.DateTime(), nullable=False),
     sa.Column('note', sa.Text(), nullable=True),
     sa.ForeignKeyConstraint(['cell_id'], ['cells.id'], ),
-    sa.PrimaryKeyConstraint('id'),
-    sa.UniqueConstraint('cell_id', 'step', name='uq_checkpoints_cell_step')
+    sa.PrimaryKeyConstraint('id')
     )
+    with op.batch_alter_table('checkpoints', schema=None) as batch_op:
+        batch_op.create_index('ix_checkpoints_cell_step', ['cell_id', 'step'], unique=False)
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('checkpoints', schema=None) as batch_op:
+        batch_op.drop_index('ix_checkpoints_cell_step')
+
     op.drop_table('checkpoints')
     with op.batch_alter_table('attempts', schema=None) as batch_op:
         batch_op.drop_index('ix_attempts_started')

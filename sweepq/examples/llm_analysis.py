@@ -14,9 +14,11 @@ play with interruptions on a fast machine).
 from __future__ import annotations
 
 import math
+import random
 import time
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -73,6 +75,10 @@ def train(cfg: dict[str, Any], run: Run) -> dict[str, Any] | None:
         int(cfg.get("n_train", 1024)), int(cfg.get("n_val", 1024)), vocab, seq_len, data_seed
     )
 
+    # Seed every RNG the step may touch: python's and numpy's too, so that the
+    # whole training state (RNGs included) is reproducible, not only the weights.
+    random.seed(int(cfg.get("seed", 0)))
+    np.random.seed(int(cfg.get("seed", 0)))
     torch.manual_seed(int(cfg.get("seed", 0)))
     model = Classifier(vocab, int(cfg.get("width", 64)), float(cfg.get("dropout", 0.1)))
     opt = torch.optim.AdamW(model.parameters(), lr=float(cfg["lr"]), weight_decay=float(cfg.get("weight_decay", 0.01)))
@@ -126,9 +132,11 @@ def train(cfg: dict[str, Any], run: Run) -> dict[str, Any] | None:
         state["epoch"] = epoch + 1
         state["val_acc"] = val_acc
         best = state["best_val_acc"]
-        state["best_val_acc"] = val_acc if best is None else max(best, val_acc)
+        improved = best is None or val_acc > best
+        state["best_val_acc"] = val_acc if improved else best
         run.log(state["step"], val_acc=val_acc, epoch=epoch + 1)
-        run.checkpoint(state, state["step"], metrics={"val_acc": val_acc}, force=run.should_stop)
+        # A new best is always committed (retention keeps it): the best model stays loadable.
+        run.checkpoint(state, state["step"], metrics={"val_acc": val_acc}, force=improved or run.should_stop)
         if run.should_stop:
             return None
     return {"val_acc": state["val_acc"], "best_val_acc": state["best_val_acc"]}

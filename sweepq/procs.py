@@ -1,0 +1,26 @@
+"""Process helpers shared by launch, workers and training processes (no heavy imports)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int | None, sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send `sig` when the parent dies: a graceful stop, never an orphan that runs on.
+
+    If the parent already died before the request took effect, send it now.
+    """
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: orphans are noticed by polling getppid()
+        pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
+
+
+def orphaned(parent_pid: int | None) -> bool:
+    return parent_pid is not None and os.getppid() != parent_pid
