@@ -16,7 +16,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,21 +27,23 @@ from . import serialize
 from .atomic import fsync_dir
 from .layout import MANIFEST_NAME, CellPaths
 from .manifest import (
+    CHUNK,
     CRASH_AT,
     FORMAT,
+    SMALL,
     STATE,
     TENSORS,
     WRITING_PREFIX,
     CheckpointCorrupt,
     count_commit,
     crash_point,
+    hasher,
     quarantine,
     read_manifest,
     read_verified,
+    read_verified_into,
+    wait_deleted,
 )
-
-CHUNK = 8 << 20
-_hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweepq-hash")
 
 
 @dataclass(frozen=True)
@@ -70,15 +71,18 @@ class Loaded:
 
 
 def _write_file(path: Path, parts: list[memoryview]) -> tuple[str, int]:
-    """Write parts, then fsync while the sha256 is computed on the other core.
+    """Write parts and fsync them while the sha256 is computed on the other core.
 
-    hashlib and fsync both release the GIL: hashing costs nothing extra as long
-    as it is faster than the disk.
+    hashlib, write and fsync all release the GIL: the hash starts with the
+    first write and costs nothing extra as long as it is faster than the disk.
+    The parts must not change until this returns (the caller owns them).
     """
+    total = sum(len(p) for p in parts)
     size = 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fut = hasher().submit(_digest, parts) if total >= SMALL else None
     try:
-        half = sum(len(p) for p in parts) // 2
+        half = total // 2
         for p in parts:
             for start in range(0, len(p), CHUNK):
                 view = p[start : start + CHUNK]
@@ -88,19 +92,19 @@ def _write_file(path: Path, parts: list[memoryview]) -> tuple[str, int]:
                     size += n
                 if CRASH_AT and size >= half:
                     crash_point("mid_file")
-
-        def digest() -> str:
-            h = hashlib.sha256()
-            for p in parts:
-                h.update(p)
-            return h.hexdigest()
-
-        fut = _hasher.submit(digest)
         os.fsync(fd)
-        sha = fut.result()
     finally:
         os.close(fd)
-    return sha, size
+        if fut is not None:
+            fut.exception()  # on errors too: the hash reads the caller's buffers until it ends
+    return (fut.result() if fut is not None else _digest(parts)), size
+
+
+def _digest(parts: list[memoryview]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()
 
 
 def write_checkpoint(
@@ -157,22 +161,31 @@ def _committed(path: Path, manifest: dict[str, Any], msha: str) -> Committed:
 
 
 def load(step_dir: Path) -> Loaded:
-    """Verify and load one checkpoint; raises CheckpointCorrupt."""
+    """Verify and load one checkpoint; raises CheckpointCorrupt.
+
+    The tensors file is read into one buffer while it is hashed (chunk by
+    chunk, on the other core); the tensors are views into that buffer.
+    """
     m = read_manifest(step_dir)
     msha = hashlib.sha256((step_dir / MANIFEST_NAME).read_bytes()).hexdigest()
     for needed in (TENSORS, STATE):
         if needed not in m["files"]:
             raise CheckpointCorrupt(step_dir, f"manifest lists no {needed}")
     state_bytes = read_verified(step_dir, STATE, m["files"][STATE])
-    tensor_bytes = read_verified(step_dir, TENSORS, m["files"][TENSORS])
+    raw = read_verified_into(step_dir, TENSORS, m["files"][TENSORS], _alloc_bytes)
     try:
-        tensors = serialize.load_safetensors(tensor_bytes)
+        tensors = serialize.load_safetensors(raw)
         skeleton = json.loads(state_bytes)
         plain = serialize.unflatten(skeleton, tensors)
     except Exception as e:  # a verified file that still does not parse: written by a bug
         raise CheckpointCorrupt(step_dir, f"verified but unreadable ({e.__class__.__name__}: {e})") from e
     rng = plain.pop(serialize.RNG_KEY, None)
     return Loaded(int(m["step"]), step_dir, m, msha, plain, rng)
+
+
+def _alloc_bytes(size: int) -> Any:
+    """An uninitialised uint8 buffer (numpy view of a torch tensor: no zero-fill)."""
+    return torch.empty(size, dtype=torch.uint8).numpy()
 
 
 def load_newest(
@@ -201,32 +214,109 @@ def load_newest(
 # -- the asynchronous path ------------------------------------------------------------------
 
 
+class _Thread:
+    """Runs one call at a time on a thread that stays up between calls (for IDLE_EXIT seconds).
+
+    Starting a thread and handing it the GIL costs more than the rest of a small
+    checkpoint's pause in the training thread, so the thread is kept.
+    """
+
+    IDLE_EXIT = 120.0
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._job: Callable[[], None] | None = None
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self._running
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Start `job` (the previous one must have ended: see wait)."""
+        if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+            self._reset()
+        with self._cv:
+            self._job, self._running = job, True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+                self._thread.start()
+            else:
+                self._cv.notify_all()
+
+    def wait(self) -> None:
+        if self._running:
+            with self._cv:
+                while self._running:
+                    self._cv.wait()
+
+    def _serve(self) -> None:
+        while True:
+            with self._cv:
+                while self._job is None:
+                    if not self._cv.wait(timeout=self.IDLE_EXIT) and self._job is None:
+                        self._thread = None  # under the lock: the next submit starts a new one
+                        return
+                job, self._job = self._job, None
+            start = time.perf_counter()
+            try:
+                job()
+            except BaseException as e:  # noqa: BLE001 - re-raised by the owner
+                self.error = e
+            finally:
+                job = None  # type: ignore[assignment]  # drop what it holds (snapshot buffers)
+                self.seconds = time.perf_counter() - start
+                with self._cv:
+                    self._running = False
+                    self._cv.notify_all()
+
+
 class Snapshotter:
     """Copies tensors into reusable CPU buffers (pinned for GPU tensors).
 
     Reusing buffers matters: fresh allocations cost several times a copy into
-    memory that is already mapped.
+    memory that is already mapped. This runs in the training thread, so the
+    bookkeeping per tensor is kept to a lookup and one comparison. (Copying with
+    a second thread was tried: on a machine whose second core is not reliably
+    there, the hand-off cost more than it saved.)
     """
 
     def __init__(self) -> None:
         self.buffers: dict[str, torch.Tensor] = {}
+        self._keys: dict[str, tuple[Any, ...]] = {}
 
     def take(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
         on_gpu = False
-        for name, t in tensors.items():
-            t = t.detach()
-            buf = self.buffers.get(name)
-            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
-                buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
-                self.buffers[name] = buf
-            buf.copy_(t, non_blocking=t.is_cuda)
-            on_gpu = on_gpu or t.is_cuda
-            out[name] = buf
+        buffers, keys = self.buffers, self._keys
+        with torch.no_grad():  # cheaper than detach() per tensor: copy_ records nothing
+            for name, t in tensors.items():
+                cuda = t.is_cuda
+                key = (t.shape, t.dtype, cuda)
+                buf = buffers.get(name)
+                if buf is None or keys.get(name) != key:
+                    buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda)
+                    buffers[name], keys[name] = buf, key
+                if cuda:
+                    buf.copy_(t, non_blocking=True)
+                    on_gpu = True
+                else:
+                    buf.copy_(t)
+                out[name] = buf
         if on_gpu:
             torch.cuda.synchronize()
-        for stale in set(self.buffers) - set(out):
-            del self.buffers[stale]
+        if len(buffers) != len(out):
+            for stale in set(buffers) - set(out):
+                del buffers[stale]
+                keys.pop(stale, None)
         return out
 
 
@@ -234,33 +324,24 @@ class AsyncWriter:
     """One background write at a time; errors surface at the next submit or flush."""
 
     def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self.last_seconds = 0.0
+        self._thread = _Thread("sweepq-checkpoint")
+
+    @property
+    def last_seconds(self) -> float:
+        return self._thread.seconds
 
     def submit(self, job: Callable[[], None]) -> None:
         self.flush()
-
-        def run() -> None:
-            start = time.perf_counter()
-            try:
-                job()
-            except BaseException as e:  # noqa: BLE001 - re-raised in the training thread
-                self._error = e
-            finally:
-                self.last_seconds = time.perf_counter() - start
-
-        self._thread = threading.Thread(target=run, name="sweepq-checkpoint", daemon=True)
-        self._thread.start()
+        self._thread.submit(job)
 
     @property
     def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread.busy
 
     def flush(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._error is not None:
-            err, self._error = self._error, None
+        """Wait for the write in flight, and for the retention deletes it started."""
+        self._thread.wait()
+        wait_deleted()
+        if self._thread.error is not None:
+            err, self._thread.error = self._thread.error, None
             raise err

@@ -172,18 +172,21 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool) -> No
     try:
         metric = store.settings().metric
         if as_json:
-            print_json([c.to_json() | {"alive": _alive(store, c)} for c in store.cells()])
+            etas = store.etas()
+            print_json([c.to_json() | {"alive": _alive(store, c), "eta_seconds": etas.get(c.id)}
+                        for c in store.cells()])
             return
         con = out()
         if not watch:
-            con.print(render.status_table(store.cells(), metric, dead=_dead_running(store)))
+            con.print(render.status_table(store.cells(), metric, dead=_dead_running(store), etas=store.etas()))
             return
         from rich.live import Live
 
         with Live(console=con, refresh_per_second=2) as live:
             try:
                 while True:
-                    live.update(render.status_table(store.cells(), metric, dead=_dead_running(store)))
+                    live.update(render.status_table(store.cells(), metric, dead=_dead_running(store),
+                                                    etas=store.etas()))
                     time.sleep(1)
             except KeyboardInterrupt:
                 pass

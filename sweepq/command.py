@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import SpecError
 
 if TYPE_CHECKING:
-    from .spec import Settings
+    from .spectypes import Settings
 
 #: W&B's default command, also sweepq's default for `program:` sweeps.
 DEFAULT_COMMAND: tuple[str, ...] = ("${env}", "${interpreter}", "${program}", "${args}")

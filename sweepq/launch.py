@@ -208,7 +208,7 @@ class Launcher:
         if self.stops == 1:
             note = "stopping: running cells are writing a checkpoint (Ctrl-C again to stop at once)"
         cells = store.cells()
-        return render.status_table(cells, metric, title=note or None)
+        return render.status_table(cells, metric, title=note or None, etas=store.etas())
 
     def _print_changes(self, store: Store, seen: dict[str, str]) -> None:
         for c in store.cells():

@@ -137,9 +137,13 @@ def summary(cells: Sequence[CellRecord]) -> Text:
 
 
 def status_table(
-    cells: Sequence[CellRecord], metric: Metric | None, title: str | None = None, dead: set[str] | None = None
+    cells: Sequence[CellRecord],
+    metric: Metric | None,
+    title: str | None = None,
+    dead: set[str] | None = None,
+    etas: dict[str, float] | None = None,
 ) -> RenderableType:
-    dead = dead or set()
+    dead, etas = dead or set(), etas or {}
     mname = metric.name if metric else next((metric_of(c, None)[0] for c in cells if c.metrics), "")
     cols: list[tuple[str, Any, str]] = [
         ("cell", lambda c: c.id + (" (gone)" if c.removed else ""), "left"),
@@ -148,6 +152,7 @@ def status_table(
         ("epoch", fmt_epoch, "right"),
         ("step", fmt_step, "right"),
         ("progress", lambda c: fmt_progress(c.progress), "right"),
+        ("eta", lambda c: fmt_seconds(etas[c.id]) if c.id in etas and c.id not in dead else "", "right"),
         (mname or "metric", lambda c: fmt_num(c.metrics.get(mname)) if mname else "", "right"),
         ("best", lambda c: fmt_num(c.best), "right"),
         ("attempts", lambda c: str(c.attempts) if c.attempts else "", "right"),

@@ -337,7 +337,7 @@ class Run:
         for note in notes:
             print(f"sweepq warning: resuming {self.cell} from step {step}: {note}", file=sys.stderr, flush=True)
         self.warnings.extend(notes)
-        self._channel.send("warning", kind="resumed_under_changes", step=step, notes=notes)
+        self._channel.send("warning", event="resumed_under_changes", step=step, notes=notes)
 
     def _rollback_target(self) -> int | None:
         """After a `nan`: resume from the checkpoint before the one the bad interval started from."""

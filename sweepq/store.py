@@ -247,6 +247,25 @@ class Store:
         rank = {str(x): i for i, x in enumerate(states.CLAIMABLE)}
         return [r.id for r in sorted(rows, key=lambda r: rank[r.state])]
 
+    def etas(self) -> dict[str, float]:
+        """Seconds left for running cells, from their attempt's rate since it started."""
+        with self._read() as s:
+            q = (
+                select(CellRow.id, CellRow.step, CellRow.total_steps, CellRow.progress_at,
+                       AttemptRow.started_at, AttemptRow.start_step)
+                .join(AttemptRow, (AttemptRow.cell_id == CellRow.id) & (AttemptRow.number == CellRow.attempts))
+                .where(CellRow.state == CellState.RUNNING)
+            )
+            rows = list(s.execute(q))
+        out = {}
+        for r in rows:
+            if not r.total_steps or r.step is None or r.progress_at is None:
+                continue
+            done, spent = r.step - (r.start_step or 0), (r.progress_at - r.started_at).total_seconds()
+            if done > 0 and spent > 0:
+                out[r.id] = max(0.0, (r.total_steps - r.step) * spent / done)
+        return out
+
     def running(self) -> list[tuple[str, int]]:
         """(cell, attempt number) of every cell the database believes is running."""
         with self._read() as s:

@@ -8,7 +8,7 @@ params.py) runs them, which its docs do not state:
   constants (`value:`) take no part in the product;
 * values keep their written order; `int_uniform` (explicit, or inferred from
   integer `min`/`max`) becomes min..max inclusive;
-* values W&B counts as the same (`1` and `1.0`, see `spec.value_identity`) make
+* values W&B counts as the same (`1` and `1.0`, see `specread.value_identity`) make
   one cell, at the first one's position, holding the last one's spelling (W&B maps
   each value's hash to the last value with that hash);
 * `run_cap` keeps a prefix of that order.
@@ -16,6 +16,8 @@ params.py) runs them, which its docs do not state:
 A cell's cfg is nested like the run config W&B gives the program:
 `{"optim": {"lr": 0.1}}` for nested parameters, while a dotted name such as
 `optim.lr` stays one flat key. Cells always run as subprocesses.
+The file is one group, named after its `name:` when that is a valid group
+name, else "default" (as a grouped file's top-level `grid:`).
 
 Where W&B silently ignores something (unknown keys, unknown macros, a goal it
 does not know), sweepq refuses the file, so that nothing written is lost.
@@ -31,14 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .command import DEFAULT_COMMAND
-from .spec import (
-    DEFAULT_MAX_CELLS,
-    GroupSpec,
-    Metric,
+from .specread import (
     Path_,
-    Settings,
     SpecContext,
-    Sweep,
     build_cells,
     check_json_value,
     check_keys,
@@ -54,6 +51,7 @@ from .spec import (
     show_value,
     value_identity,
 )
+from .spectypes import DEFAULT_MAX_CELLS, GroupSpec, Metric, Settings, Sweep
 
 WANDB_KEYS = (
     "method",

@@ -85,7 +85,7 @@ class Progress:
             self.corrupt.append(msg)
         elif kind == "warning":
             self.notes.extend(msg.get("notes") or [])
-            self.events.append((msg.get("kind") or "warning", {"step": msg.get("step"), "notes": msg.get("notes")}))
+            self.events.append((msg.get("event") or "warning", {"step": msg.get("step"), "notes": msg.get("notes")}))
         elif kind == "end":
             self.end = msg.get("outcome")
 

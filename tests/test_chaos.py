@@ -21,16 +21,16 @@ from conftest import REPO_ROOT, cli, cli_json, start, tree, wait_for, wait_gone,
 
 from sweepq.layout import CellPaths
 
-KILLS = 12
+KILLS = 10
 
 
 def small_bundled_sweep(folder: Path) -> Path:
     """The bundled sweep, made small: a few seconds per cell, several checkpoints each."""
     text = (REPO_ROOT / "sweeps" / "llm-analysis.yaml").read_text()
     text = text.replace("root: ../runs/llm-analysis", "root: runs/chaos")
-    text = text.replace("params: {epochs: 150, batch_size: 64}",
-                        "params: {epochs: 10, batch_size: 64, n_train: 512, n_val: 256, width: 32, step_delay: 0.04}")
-    text = text.replace("params: {epochs: 150}", "params: {epochs: 10}")
+    text = text.replace("params: {epochs: 150, batch_size: 64, width: 32}",
+                        "params: {epochs: 8, batch_size: 64, n_train: 512, n_val: 256, width: 32, step_delay: 0.04}")
+    text = text.replace("params: {epochs: 150}", "params: {epochs: 8}")
     text = text.replace("checkpoint: {every_steps: 200, every_seconds: 30, keep_last: 3}",
                         "checkpoint: {every_steps: 7, keep_last: 3}")
     text = text.replace("retries: {lost: 3, oom: 1, nan: 2, error: 0}", "retries: {lost: 100, oom: 0, nan: 0, error: 0}")

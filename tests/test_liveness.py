@@ -120,3 +120,39 @@ def test_resume_under_changed_code_or_data_warns_and_records_it(sweep_dir: Path)
     assert resumed["code_fingerprint"]["sha256"] != show["attempts"][0]["code_fingerprint"]["sha256"]
     stderr = (root / "cells/1.1/attempts/2/stderr.log").read_text()
     assert "sweepq warning: resuming 1.1" in stderr
+
+
+def test_cancel_of_a_running_cell_preempts_it_first(sweep_dir: Path) -> None:
+    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0"))
+    root = sweep_dir / "runs" / "live"
+    a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
+    wait_for(lambda: (root / "cells/1.1/checkpoints").exists() and any((root / "cells/1.1/checkpoints").glob("step-*")),
+             what="a checkpoint")
+    r = cli("cancel", "1.1", "--root", str(root))
+    assert r.returncode == 0 and "asked the workers of 1.1" in r.stdout
+    out, _ = a.communicate(timeout=120)
+    assert a.returncode == 0, out  # every cell done or cancelled
+    show = cli_json("show", "1.1", "--root", str(root))
+    (att,) = show["attempts"]
+    assert show["state"] == "cancelled" and att["reason"] == "cancelled"
+    steps = sorted(int(p.name.split("-")[1]) for p in (root / "cells/1.1/checkpoints").glob("step-*"))
+    assert steps[-1] == att["end_step"]  # it checkpointed before it stopped
+    assert cli("retry", "1.1", "--root", str(root)).returncode == 0
+    assert cli_json("show", "1.1", "--root", str(root))["state"] == "queued"
+
+
+def test_first_ctrl_c_is_graceful_second_stops_at_once(sweep_dir: Path) -> None:
+    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 30"))
+    root = sweep_dir / "runs" / "live"
+    a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
+    wait_for(lambda: any((root / "cells/1.1/checkpoints").glob("step-*")), what="a checkpoint")
+    a.send_signal(signal.SIGINT)  # the training code now takes 30 s to stop
+    time.sleep(1.0)
+    assert a.poll() is None
+    t0 = time.monotonic()
+    a.send_signal(signal.SIGINT)
+    out, _ = a.communicate(timeout=60)
+    assert a.returncode == 130 and time.monotonic() - t0 < 15, out
+    (att,) = cli_json("show", "1.1", "--root", str(root))["attempts"]
+    assert att["reason"] == "preempted" and "hard stop" in att["note"]
+    assert cli_json("show", "1.1", "--root", str(root))["state"] == "interrupted"

@@ -39,11 +39,10 @@ def train(cfg: dict[str, Any], run: sweepq.Run) -> dict[str, Any] | None:
     marker = _guard(run)
     if cfg.get("crash_at") and run.attempt == 1:
         # Test-only fault injection (see sweepq.manifest.crash_point), per cell.
-        import sweepq.checkpoint
-        import sweepq.manifest
+        from sweepq import checkpoint as ckpt_module, manifest as manifest_module
 
-        sweepq.manifest.CRASH_AT = sweepq.checkpoint.CRASH_AT = cfg["crash_at"]
-        sweepq.manifest._CRASH_AFTER = int(cfg.get("crash_after", 2))
+        manifest_module.CRASH_AT = ckpt_module.CRASH_AT = cfg["crash_at"]
+        manifest_module._CRASH_AFTER = int(cfg.get("crash_after", 2))
     steps = int(cfg.get("steps", 50))
     delay = float(cfg.get("delay", 0.0))
     torch.manual_seed(int(cfg.get("seed", 0)))

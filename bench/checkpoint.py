@@ -1,0 +1,692 @@
+"""The checkpoint benchmark of issue 3: `make bench` (smoke) or `make bench BENCH_ARGS=--full`.
+
+Prints ONE JSON object on stdout (progress goes to stderr). This machine's disk
+swings 2-4x between runs, so every figure is a ratio of the medians of two
+methods measured in this process, interleaved round by round (the order
+alternates, A B / B A, so that neither method always runs right after the
+other), after one warm-up round that is not counted. Nothing here asserts a
+time: each figure carries its target and a pass flag. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+import sweepq.run as run_mod  # noqa: E402
+from sweepq import checkpoint, manifest, serialize  # noqa: E402
+from sweepq.atomic import fsync_dir  # noqa: E402
+from sweepq.layout import CellPaths  # noqa: E402
+from sweepq.run import AttemptSpec, Run  # noqa: E402
+from sweepq.spec import CellSpec, CheckpointPolicy, Settings  # noqa: E402
+from sweepq.store import CheckpointState, Store  # noqa: E402
+
+MB = 1 << 20
+CHUNK = 8 << 20
+CELL = "1.1"
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def settle() -> None:
+    """Untimed: push every pending journal commit / discard to the disk before a timed step."""
+    os.sync()
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def interleave(methods: dict[str, Callable[[int], float]], rounds: int, what: str) -> dict[str, list[float]]:
+    """Run each method once per round (the order alternates between rounds); one warm-up round.
+
+    A method returns the seconds it measured itself (so that set-up and clean-up stay untimed).
+    """
+    names = list(methods)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds + 1):
+        order = names if r % 2 == 0 else names[::-1]
+        for n in order:
+            gc.collect()
+            t = methods[n](r)
+            if r > 0:  # round 0 warms caches, allocators and the page cache up
+                out[n].append(t)
+        if r > 0:
+            log(f"{what} round {r}/{rounds}: " + ", ".join(f"{n}={out[n][-1]:.4f}s" for n in names))
+    return out
+
+
+def summary(samples: dict[str, list[float]]) -> dict[str, Any]:
+    return {
+        "median_s": {n: round(median(v), 6) for n, v in samples.items()},
+        "min_s": {n: round(min(v), 6) for n, v in samples.items()},
+        "max_s": {n: round(max(v), 6) for n, v in samples.items()},
+    }
+
+
+# -- states -----------------------------------------------------------------------------------
+
+
+def big_state(target_bytes: int) -> dict[str, Any]:
+    """A model of three square Linear layers with Adam moments: 3x the parameters' bytes."""
+    d = max(64, int(math.sqrt(target_bytes / 36) // 64 * 64))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return {"model": model, "optimizer": opt, "loader": {"epoch": 0, "position": 1234}, "step": 1, "best": 0.5}
+
+
+def state_bytes(state: dict[str, Any]) -> int:
+    _, tensors = serialize.flatten(state)
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+class MLP:
+    """The reference: 784-512-512-10, batch 128, Adam or plain SGD, CPU, synthetic data."""
+
+    BATCH = 128
+    BATCHES = 16
+
+    def __init__(self, optimizer: str = "adam") -> None:
+        torch.manual_seed(0)
+        self.model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        params = self.model.parameters()
+        self.opt = torch.optim.Adam(params, lr=1e-3) if optimizer == "adam" else torch.optim.SGD(params, lr=0.01)
+        self.x = torch.randn(self.BATCH * self.BATCHES, 784)
+        self.y = torch.randint(0, 10, (self.BATCH * self.BATCHES,))
+        self.state: dict[str, Any] = {"model": self.model, "optimizer": self.opt, "loader": {"position": 0}, "step": 0}
+        self.i = 0
+        self._initial: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+    def reset(self) -> None:
+        """Back to the weights and optimizer state of the first call (so every loop does the same work)."""
+        if self._initial is None:
+            self._initial = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.opt.state_dict()))
+        self.model.load_state_dict(self._initial[0])
+        self.opt.load_state_dict(copy.deepcopy(self._initial[1]))
+        self.i = 0
+
+    def step(self) -> None:
+        b = self.i % self.BATCHES
+        sl = slice(b * self.BATCH, (b + 1) * self.BATCH)
+        loss = F.cross_entropy(self.model(self.x[sl]), self.y[sl])
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.i += 1
+        self.state["step"] = self.i
+        self.state["loader"]["position"] = self.i * self.BATCH
+
+
+def make_run(root: Path, policy: CheckpointPolicy) -> Run:
+    settings = Settings(name="b", form="grouped", spec_dir=".", train="m:f", checkpoint=policy).to_json()
+    return Run(AttemptSpec(root=str(root), cell=CELL, attempt=1, cfg={}, cfg_hash="x", settings=settings))
+
+
+def meta() -> dict[str, Any]:
+    return {"cell": CELL, "attempt": 1, "epoch": 0.5, "metrics": {"loss": 0.25}, "cfg_hash": "x", "fingerprints": {}}
+
+
+def prepared(state: dict[str, Any]) -> tuple[Any, dict[str, torch.Tensor]]:
+    """What Run hands to the writer thread: skeleton and snapshot buffers (RNG included)."""
+    skeleton, tensors = serialize.flatten({**state, serialize.RNG_KEY: serialize.capture_rng()})
+    return skeleton, checkpoint.Snapshotter().take(tensors)
+
+
+# -- raw references -------------------------------------------------------------------------
+
+
+def write_all(fd: int, parts: list[memoryview]) -> int:
+    n = 0
+    for p in parts:
+        for start in range(0, len(p), CHUNK):
+            view = p[start : start + CHUNK]
+            while len(view):
+                k = os.write(fd, view)
+                view = view[k:]
+                n += k
+    return n
+
+
+def raw_atomic_file(folder: Path, name: str, parts: list[memoryview]) -> None:
+    """One file: write, fsync, rename, fsync the folder."""
+    tmp = folder / f".tmp-{name}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        write_all(fd, parts)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, folder / name)
+    fsync_dir(folder)
+
+
+def bare_checkpoint(checkpoints: Path, step: int, skeleton: Any, buffers: dict[str, torch.Tensor]) -> None:
+    """The same two data files as sweepq, atomically, without manifest, hash, database or retention."""
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    tmp = checkpoints / f".writing-bare-{step}"
+    tmp.mkdir()
+    for name, parts in (
+        (manifest.TENSORS, list(serialize.safetensors_parts(buffers))),
+        (manifest.STATE, [memoryview(json.dumps(skeleton, separators=(",", ":"), allow_nan=True).encode())]),
+    ):
+        fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            write_all(fd, parts)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(tmp)
+    os.rename(tmp, checkpoints / f"step-{step}")
+    fsync_dir(checkpoints)
+
+
+def evict(folder: Path) -> None:
+    """Drop a folder's files from the page cache (fsync first: dirty pages are not dropped)."""
+    for p in folder.rglob("*"):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def raw_read(folder: Path) -> int:
+    n = 0
+    for p in sorted(folder.iterdir()):
+        n += len(p.read_bytes())
+    return n
+
+
+# -- the figures ------------------------------------------------------------------------------
+
+
+def fig_write(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
+    skeleton, buffers = prepared(state)
+    probe = tmp / "probe"
+    c = checkpoint.write_checkpoint(probe, 0, skeleton, buffers, meta())
+    total = c.size_bytes + (c.path / "manifest.json").stat().st_size
+    shutil.rmtree(probe)
+    parts = list(serialize.safetensors_parts(buffers))
+    pad = total - sum(len(p) for p in parts)
+    parts.append(memoryview(b"x" * pad))
+    plain = {n: t for n, t in buffers.items()}
+    folder = {k: tmp / k for k in ("sweepq", "raw", "torch")}
+    for f in folder.values():
+        f.mkdir()
+
+    def sweepq_(r: int) -> float:
+        settle()
+        t = time.perf_counter()
+        checkpoint.write_checkpoint(folder["sweepq"], r, skeleton, buffers, meta())
+        dt = time.perf_counter() - t
+        shutil.rmtree(folder["sweepq"] / f"step-{r}")
+        return dt
+
+    def raw(r: int) -> float:
+        settle()
+        t = time.perf_counter()
+        raw_atomic_file(folder["raw"], f"raw-{r}", parts)
+        dt = time.perf_counter() - t
+        (folder["raw"] / f"raw-{r}").unlink()
+        return dt
+
+    def torch_save(r: int) -> float:
+        settle()
+        final, tmpf = folder["torch"] / f"ckpt-{r}.pt", folder["torch"] / f".ckpt-{r}.pt.tmp"
+        t = time.perf_counter()
+        with open(tmpf, "wb") as f:
+            torch.save(plain, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmpf, final)
+        fsync_dir(folder["torch"])
+        dt = time.perf_counter() - t
+        final.unlink()
+        return dt
+
+    s = interleave({"sweepq": sweepq_, "raw": raw, "torch_save_atomic": torch_save}, rounds, "write")
+    m = {k: median(v) for k, v in s.items()}
+    ratio = m["raw"] / m["sweepq"]
+    return {
+        "what": "raw atomic write of the same bytes / sweepq write_checkpoint (higher is better)",
+        "ratio": round(ratio, 3),
+        "target": ">= 0.85",
+        "pass": ratio >= 0.85,
+        "torch_save_atomic_ratio": round(m["raw"] / m["torch_save_atomic"], 3),
+        "bytes": total,
+        "rounds": rounds,
+        **summary(s),
+    }
+
+
+def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
+    skeleton, buffers = prepared(state)
+    root = tmp / "root"
+    store = Store.open(root, create=True)
+    settings = Settings(name="b", form="grouped", spec_dir=".", train="m:f")
+    store.apply_reconcile(settings, None, [CellSpec(CELL, 1, 1, "g", {}, "x")], [], [], [])
+    cell = CellPaths(root, CELL)
+    bare_dir = tmp / "bare" / "checkpoints"
+    manifests: dict[int, dict[str, Any]] = {}
+    keep_last = CheckpointPolicy().keep_last
+    dropped: list[int] = []
+    background: list[float] = []
+
+    def full(r: int) -> float:
+        settle()
+        step = (r + 1) * 100
+        t = time.perf_counter()
+        c = checkpoint.write_checkpoint(cell.checkpoints, step, skeleton, buffers, meta())
+        store.record_checkpoint(
+            CELL, step, path=f"cells/{CELL}/{cell.relative(c.path)}", epoch=c.epoch, metrics=c.metrics,
+            manifest_sha256=c.manifest_sha256, attempt=1, size_bytes=c.size_bytes,
+        )
+        manifests[step] = {"step": step, "metrics": c.metrics, "epoch": c.epoch}
+        drop = sorted(set(manifests) - manifest.to_keep(manifests, keep_last, ("loss", "min"), set()))
+        for s in drop:
+            manifest.delete(cell.checkpoint(s))
+            manifests.pop(s)
+        if drop:
+            store.set_checkpoint_state(CELL, drop, CheckpointState.SUPERSEDED, note="retention")
+        dt = time.perf_counter() - t
+        dropped.extend(drop)
+        t = time.perf_counter()
+        getattr(manifest, "wait_deleted", lambda: None)()  # untimed: the unlink runs in the background
+        if drop:
+            background.append(time.perf_counter() - t)
+        return dt
+
+    def bare(r: int) -> float:
+        settle()
+        step = (r + 1) * 100
+        t = time.perf_counter()
+        bare_checkpoint(bare_dir, step, skeleton, buffers)
+        dt = time.perf_counter() - t
+        shutil.rmtree(bare_dir / f"step-{step}")
+        return dt
+
+    try:
+        s = interleave({"sweepq": full, "bare": bare}, rounds, "bookkeeping")
+    finally:
+        store.close()
+    m = {k: median(v) for k, v in s.items()}
+    ratio = m["sweepq"] / m["bare"]
+    return {
+        "what": "write_checkpoint + database row + retention (keep_last=3, deletes one per round once full) "
+        "/ the same two data files written atomically without manifest, hash, database or retention",
+        "ratio": round(ratio, 3),
+        "target": "<= 1.10",
+        "pass": ratio <= 1.10,
+        "retention_deletions": len(dropped),
+        "retention_unlink_in_background_median_s": round(median(background), 6) if background else None,
+        "note": "manifest.delete renames and fsyncs on the checkpoint path (timed) and unlinks on a background "
+        "thread; the benchmark waits for that unlink untimed after each round (its median is above)",
+        "rounds": rounds,
+        **summary(s),
+    }
+
+
+def fig_stall_mlp(tmp: Path, rounds: int, optimizer: str, per_round: int = 5) -> dict[str, Any]:
+    mlp = MLP(optimizer)
+    for _ in range(20):
+        mlp.step()
+    run = make_run(tmp / "root-stall-mlp", CheckpointPolicy(auto=False, keep_last=2, keep_best=False))
+
+    def train_step(r: int) -> float:
+        run._writer.flush()  # no write in flight: the step time of the plain loop
+        ts = []
+        for _ in range(per_round):
+            t = time.perf_counter()
+            mlp.step()
+            ts.append(time.perf_counter() - t)
+        return median(ts)
+
+    def ckpt(r: int) -> float:
+        ts = []
+        for _ in range(per_round):
+            run._writer.flush()  # no write in flight: the pause of one checkpoint, not a wait
+            mlp.step()
+            t = time.perf_counter()
+            run.checkpoint(mlp.state, mlp.i, force=True)
+            ts.append(time.perf_counter() - t)
+        return median(ts)
+
+    s = interleave({"checkpoint_call": ckpt, "train_step": train_step}, rounds, f"stall-mlp-{optimizer}")
+    run.close(completed=False)
+    m = {k: median(v) for k, v in s.items()}
+    ratio = m["checkpoint_call"] / m["train_step"]
+    return {
+        "what": "Run.checkpoint(force=True) wall time in the training thread (no write in flight) / one step "
+        f"of the reference MLP (784-512-512-10, batch 128, {optimizer}, CPU); each round's sample is the "
+        "median of 5 calls / 5 steps",
+        "optimizer": optimizer,
+        "ratio_steps": round(ratio, 4),
+        "target": "<= 0.15",
+        "pass": ratio <= 0.15,
+        "state_bytes": state_bytes(mlp.state),
+        "torch_threads": torch.get_num_threads(),
+        "rounds": rounds,
+        **summary(s),
+    }
+
+
+def fig_stall_big(tmp: Path, state: dict[str, Any], rounds: int, per_round: int = 3) -> dict[str, Any]:
+    run = make_run(tmp / "root-stall-big", CheckpointPolicy(auto=False, keep_last=1, keep_best=False))
+    _, tensors = serialize.flatten(state)
+    src = list(tensors.values())
+    bufs = [torch.empty_like(t) for t in src]
+    for b, t in zip(bufs, src):
+        b.copy_(t)
+    step = [0]
+
+    def ckpt(r: int) -> float:
+        ts = []
+        for _ in range(per_round):
+            run._writer.flush()
+            step[0] += 1
+            t = time.perf_counter()
+            run.checkpoint(state, step[0], force=True)
+            ts.append(time.perf_counter() - t)
+        return median(ts)
+
+    def copy(r: int) -> float:
+        run._writer.flush()
+        ts = []
+        for _ in range(per_round):
+            t = time.perf_counter()
+            for b, x in zip(bufs, src):
+                b.copy_(x)
+            ts.append(time.perf_counter() - t)
+        return median(ts)
+
+    s = interleave({"checkpoint_call": ckpt, "bare_copy": copy}, rounds, "stall-big")
+    run.close(completed=False)
+    m = {k: median(v) for k, v in s.items()}
+    ratio = m["checkpoint_call"] / m["bare_copy"]
+    return {
+        "what": "Run.checkpoint(force=True) wall time in the training thread / copying the same tensors "
+        "into preallocated buffers; each round's sample is the median of 3 of each",
+        "ratio": round(ratio, 3),
+        "target": "<= 1.5",
+        "pass": ratio <= 1.5,
+        "state_bytes": state_bytes(state),
+        "rounds": rounds,
+        **summary(s),
+    }
+
+
+def fig_end_to_end(tmp: Path, rounds: int, loop_seconds: float, scale: float) -> dict[str, Any]:
+    defaults = {k: getattr(run_mod, k) for k in ("AUTO_FIRST", "AUTO_MIN_INTERVAL", "AUTO_MAX_INTERVAL")}
+    for k, v in defaults.items():
+        setattr(run_mod, k, v * scale)
+    try:
+        mlp = MLP()
+        mlp.reset()  # records the initial state
+        for _ in range(20):
+            mlp.step()
+        t = time.perf_counter()
+        for _ in range(50):
+            mlp.step()
+        per_step = (time.perf_counter() - t) / 50
+        n_steps = max(100, int(loop_seconds / per_step))
+        log(f"end-to-end: {n_steps} steps per loop (~{n_steps * per_step:.1f}s), AUTO_* scaled by {scale}")
+        ckpts: list[int] = []
+
+        def without(r: int) -> float:
+            mlp.reset()
+            settle()
+            t = time.perf_counter()
+            for _ in range(n_steps):
+                mlp.step()
+            return time.perf_counter() - t
+
+        def with_(r: int) -> float:
+            root = tmp / f"root-e2e-{r}"
+            mlp.reset()
+            settle()
+            t = time.perf_counter()
+            run = make_run(root, CheckpointPolicy())
+            for _ in range(n_steps):
+                mlp.step()
+                run.checkpoint(mlp.state, mlp.i)
+            run.close(completed=True)
+            dt = time.perf_counter() - t
+            if r > 0:
+                ckpts.append(len(run.stall_seconds))
+            shutil.rmtree(root)
+            return dt
+
+        s = interleave({"with_checkpoints": with_, "without": without}, rounds, "end-to-end")
+    finally:
+        for k, v in defaults.items():
+            setattr(run_mod, k, v)
+    m = {k: median(v) for k, v in s.items()}
+    overhead = m["with_checkpoints"] / m["without"] - 1
+    return {
+        "what": "training loop of the reference MLP with Run.checkpoint at the automatic cadence "
+        "(CheckpointPolicy() defaults, run.close(completed=True) at the end, which commits the last step) "
+        "/ the same loop without, minus one",
+        "overhead": round(overhead, 4),
+        "target": "<= 0.035",
+        "pass": overhead <= 0.035,
+        "steps_per_loop": n_steps,
+        "checkpoints_per_loop": ckpts,
+        "auto_constants_scale": scale,
+        "auto_constants_used": {k: v * scale for k, v in defaults.items()} | {"AUTO_OVERHEAD": run_mod.AUTO_OVERHEAD},
+        "rounds": rounds,
+        **summary(s),
+    }
+
+
+def fig_resume(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
+    root = tmp / "root-resume"
+    writer = make_run(root, CheckpointPolicy(auto=False))
+    writer.checkpoint(state, 7, force=True)
+    writer.close(completed=False)
+    step_dir = CellPaths(root, CELL).checkpoint(7)
+    nbytes = sum(p.stat().st_size for p in step_dir.iterdir())
+    target = big_state(state_bytes(state))  # a second state of the same shapes to restore into
+
+    # Does eviction make reads slower here? Warm and cold reads into one preallocated
+    # buffer (so that allocating and faulting fresh memory, the same for both, does
+    # not hide the difference), alternated.
+    scratch = bytearray(nbytes)
+
+    def read_into(folder: Path) -> None:
+        view, at = memoryview(scratch), 0
+        for p in sorted(folder.iterdir()):
+            with open(p, "rb", buffering=0) as f:
+                while n := f.readinto(view[at:]):
+                    at += n
+
+    def warm_read(r: int) -> float:
+        read_into(step_dir)
+        t = time.perf_counter()
+        read_into(step_dir)
+        return time.perf_counter() - t
+
+    def cold_read(r: int) -> float:
+        evict(step_dir)
+        t = time.perf_counter()
+        read_into(step_dir)
+        return time.perf_counter() - t
+
+    check = interleave({"warm": warm_read, "cold": cold_read}, 5, "eviction-check")
+    slowdown = median(check["cold"]) / median(check["warm"])
+    cold = slowdown > 1.15
+    del scratch
+    prep = evict if cold else (lambda folder: raw_read(folder))
+
+    def restore(r: int) -> float:
+        prep(step_dir)
+        t = time.perf_counter()
+        ok = make_run(root, CheckpointPolicy(auto=False)).restore(target)
+        dt = time.perf_counter() - t
+        assert ok
+        return dt
+
+    def raw(r: int) -> float:
+        prep(step_dir)
+        t = time.perf_counter()
+        raw_read(step_dir)
+        return time.perf_counter() - t
+
+    s = interleave({"restore": restore, "raw_read": raw}, rounds, "resume")
+    m = {k: median(v) for k, v in s.items()}
+    ratio = m["restore"] / m["raw_read"]
+    for a, b in zip(serialize.flatten(state)[1].values(), serialize.flatten(target)[1].values()):
+        assert torch.equal(a, b), "the restored state differs from the written one"
+    return {
+        "what": "Run(spec).restore(state): find the newest verified checkpoint, verify sha256, load, "
+        "load_state_dict, restore RNG / reading the same files raw (Path.read_bytes)",
+        "ratio": round(ratio, 3),
+        "target": "<= 2.0",
+        "pass": ratio <= 2.0,
+        "cold": cold,
+        "eviction": "fsync + posix_fadvise(POSIX_FADV_DONTNEED) on every file before each timed read"
+        if cold
+        else "eviction did not slow reads down here: both methods measured warm",
+        "eviction_check": {
+            "what": "reads into a preallocated buffer, after eviction / without",
+            "cold_over_warm": round(slowdown, 3),
+            "median_s": {k: round(median(v), 6) for k, v in check.items()},
+        },
+        "bytes": nbytes,
+        "rounds": rounds,
+        **summary(s),
+    }
+
+
+FIGURES = ("write", "bookkeeping", "stall_mlp_sgd", "stall_mlp_adam", "stall_big", "end_to_end", "resume")
+
+
+def load() -> dict[str, Any]:
+    """How busy the machine was (other processes share these cores): load average, CPU pressure."""
+    out: dict[str, Any] = {"loadavg_1m": round(os.getloadavg()[0], 2)}
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
+        out["cpu_pressure_some_avg60"] = float(some[2].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="the full size: a ~160 MB state, long end-to-end loops")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds per figure (at least 9)")
+    ap.add_argument("--only", default=",".join(FIGURES), help="comma-separated subset of " + ",".join(FIGURES))
+    ap.add_argument(
+        "--threads", type=int, default=1,
+        help="torch intra-op threads (default 1: see bench/README.md; 0 keeps torch's default)",
+    )
+    ap.add_argument("--e2e-seconds", type=float, default=None, help="length of one end-to-end loop")
+    args = ap.parse_args()
+    if args.rounds < 9:
+        ap.error("--rounds must be at least 9")
+    only = [f.strip() for f in args.only.split(",") if f.strip()]
+    unknown = set(only) - set(FIGURES)
+    if unknown:
+        ap.error(f"unknown figure(s): {sorted(unknown)}")
+
+    size = 160 * MB if args.full else 16 * MB
+    # End-to-end: the automatic cadence takes its first checkpoint after AUTO_FIRST
+    # seconds and then at least every AUTO_MIN_INTERVAL. --full keeps the real
+    # constants and runs loops of ~32 s (checkpoints near 10, 20 and 30 s plus the
+    # final one at close); the smoke run scales every AUTO_* bound by 0.03 (first
+    # after 0.3 s) and runs ~1.2 s loops, so that checkpoints happen there too.
+    scale = 1.0 if args.full else 0.03
+    e2e_seconds = args.e2e_seconds or (32.0 if args.full else 1.2)
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    # Every end-to-end loop starts from the same weights (MLP.reset), and denormals
+    # are flushed, so that loops do the same arithmetic whatever came before.
+    torch.set_flush_denormal(True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the temporary folder is removed
+    t0 = time.perf_counter()
+    (REPO / ".bench").mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="checkpoint-", dir=REPO / ".bench"))
+    out: dict[str, Any] = {
+        "benchmark": "sweepq checkpoint (issue 3)",
+        "mode": "full" if args.full else "smoke",
+        "rounds": args.rounds,
+        "method": "ratio of medians of two methods measured in this process, interleaved per round "
+        "(order alternating), one uncounted warm-up round",
+        "host": {
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(),
+            "tmp": str(tmp),
+        },
+        "machine_load_before": load(),
+        "targets": "set for the --full sizes; the smoke run checks the benchmark and gives rough figures",
+        "figures": {},
+    }
+    try:
+        state = big_state(size)
+        out["state_bytes"] = state_bytes(state)
+        log(f"state of {out['state_bytes'] / MB:.1f} MiB in {tmp}")
+        figs: dict[str, Any] = out["figures"]
+        for name in only:
+            sub = tmp / name
+            sub.mkdir()
+            log(f"-- {name}")
+            if name == "write":
+                figs[name] = fig_write(sub, state, args.rounds)
+            elif name == "bookkeeping":
+                figs[name] = fig_bookkeeping(sub, state, args.rounds)
+            elif name in ("stall_mlp_sgd", "stall_mlp_adam"):
+                figs[name] = fig_stall_mlp(sub, args.rounds, name.rsplit("_", 1)[1])
+            elif name == "stall_big":
+                figs[name] = fig_stall_big(sub, state, args.rounds)
+            elif name == "end_to_end":
+                figs[name] = fig_end_to_end(sub, args.rounds, e2e_seconds, scale)
+            elif name == "resume":
+                figs[name] = fig_resume(sub, state, args.rounds)
+            figs[name]["machine_load_after"] = load()
+            shutil.rmtree(sub, ignore_errors=True)
+        out["passed"] = sorted(k for k, v in figs.items() if v["pass"])
+        out["failed"] = sorted(k for k, v in figs.items() if not v["pass"])
+        out["all_pass"] = not out["failed"]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
