@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import hashlib
 import json
 import math
 import os
@@ -31,17 +30,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+import torch.nn.functional as F
+from torch import nn
 
-import sweepq.run as run_mod  # noqa: E402
-from sweepq import checkpoint, manifest, serialize  # noqa: E402
-from sweepq.atomic import fsync_dir  # noqa: E402
-from sweepq.layout import CellPaths  # noqa: E402
-from sweepq.run import AttemptSpec, Run  # noqa: E402
-from sweepq.spec import CellSpec, CheckpointPolicy, Settings  # noqa: E402
-from sweepq.store import CheckpointState, Store  # noqa: E402
+import sweepq.run as run_mod
+from sweepq import checkpoint, manifest, serialize
+from sweepq.atomic import fsync_dir
+from sweepq.layout import CellPaths
+from sweepq.run import AttemptSpec, Run
+from sweepq.spec import CellSpec, CheckpointPolicy, Settings
+from sweepq.store import CheckpointState, Store
 
 MB = 1 << 20
 CHUNK = 8 << 20
@@ -61,23 +60,28 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def interleave(methods: dict[str, Callable[[int], float]], rounds: int, what: str) -> dict[str, list[float]]:
-    """Run each method once per round (the order alternates between rounds); one warm-up round.
+def interleave(
+    methods: dict[str, Callable[[int], float]], rounds: int, what: str, warmup: int = 1
+) -> dict[str, list[float]]:
+    """Run each method once per round (the order alternates between rounds), after uncounted warm-up rounds.
 
     A method returns the seconds it measured itself (so that set-up and clean-up stay untimed).
     """
     names = list(methods)
     out: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds + 1):
+    for r in range(rounds + warmup):
         order = names if r % 2 == 0 else names[::-1]
         for n in order:
             gc.collect()
             t = methods[n](r)
-            if r > 0:  # round 0 warms caches, allocators and the page cache up
+            if r >= warmup:  # warm-up: caches, allocators, the page cache, the VM's second vCPU
                 out[n].append(t)
-        if r > 0:
-            log(f"{what} round {r}/{rounds}: " + ", ".join(f"{n}={out[n][-1]:.4f}s" for n in names))
+        if r >= warmup:
+            log(f"{what} round {r - warmup + 1}/{rounds}: " + ", ".join(f"{n}={out[n][-1]:.4f}s" for n in names))
     return out
+
+
+DISK_WARMUP = 3  # the first disk rounds of a process run slower on this VM, for every method
 
 
 def summary(samples: dict[str, list[float]]) -> dict[str, Any]:
@@ -275,7 +279,7 @@ def fig_write(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
         final.unlink()
         return dt
 
-    s = interleave({"sweepq": sweepq_, "raw": raw, "torch_save_atomic": torch_save}, rounds, "write")
+    s = interleave({"sweepq": sweepq_, "raw": raw, "torch_save_atomic": torch_save}, rounds, "write", DISK_WARMUP)
     m = {k: median(v) for k, v in s.items()}
     ratio = m["raw"] / m["sweepq"]
     return {
@@ -337,7 +341,7 @@ def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, 
         return dt
 
     try:
-        s = interleave({"sweepq": full, "bare": bare}, rounds, "bookkeeping")
+        s = interleave({"sweepq": full, "bare": bare}, rounds, "bookkeeping", DISK_WARMUP)
     finally:
         store.close()
     m = {k: median(v) for k, v in s.items()}
@@ -545,7 +549,6 @@ def fig_resume(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
     check = interleave({"warm": warm_read, "cold": cold_read}, 5, "eviction-check")
     slowdown = median(check["cold"]) / median(check["warm"])
     cold = slowdown > 1.15
-    del scratch
     prep = evict if cold else (lambda folder: raw_read(folder))
 
     def restore(r: int) -> float:
@@ -562,7 +565,7 @@ def fig_resume(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
         raw_read(step_dir)
         return time.perf_counter() - t
 
-    s = interleave({"restore": restore, "raw_read": raw}, rounds, "resume")
+    s = interleave({"restore": restore, "raw_read": raw}, rounds, "resume", DISK_WARMUP)
     m = {k: median(v) for k, v in s.items()}
     ratio = m["restore"] / m["raw_read"]
     for a, b in zip(serialize.flatten(state)[1].values(), serialize.flatten(target)[1].values()):
@@ -623,11 +626,11 @@ def main() -> int:
     size = 160 * MB if args.full else 16 * MB
     # End-to-end: the automatic cadence takes its first checkpoint after AUTO_FIRST
     # seconds and then at least every AUTO_MIN_INTERVAL. --full keeps the real
-    # constants and runs loops of ~32 s (checkpoints near 10, 20 and 30 s plus the
-    # final one at close); the smoke run scales every AUTO_* bound by 0.03 (first
-    # after 0.3 s) and runs ~1.2 s loops, so that checkpoints happen there too.
-    scale = 1.0 if args.full else 0.03
-    e2e_seconds = args.e2e_seconds or (32.0 if args.full else 1.2)
+    # constants and runs loops of ~32 s (checkpoints near 10, 20 and maybe 30 s,
+    # plus the final one at close); the smoke run scales every AUTO_* bound by 0.02 (first
+    # after 0.2 s) and runs ~0.8 s loops, so that checkpoints happen there too.
+    scale = 1.0 if args.full else 0.02
+    e2e_seconds = args.e2e_seconds or (32.0 if args.full else 0.8)
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -643,7 +646,8 @@ def main() -> int:
         "mode": "full" if args.full else "smoke",
         "rounds": args.rounds,
         "method": "ratio of medians of two methods measured in this process, interleaved per round "
-        "(order alternating), one uncounted warm-up round",
+        f"(order alternating), after uncounted warm-up rounds ({DISK_WARMUP} for write, bookkeeping and "
+        "resume, 1 for the others)",
         "host": {
             "cpus": os.cpu_count(),
             "torch": torch.__version__,

@@ -42,7 +42,7 @@ CORRUPT_PREFIX = ".corrupt-"
 # chunk overlaps reading the next one. Below SMALL bytes a thread round trip
 # costs more than the hash itself.
 CHUNK = 8 << 20
-READ_CHUNK = 4 << 20  # the last chunk's hash is not overlapped with a read: keep it short
+READ_CHUNK = 2 << 20  # the last chunk's hash is not overlapped with a read: keep it short
 SMALL = 1 << 20
 _B = TypeVar("_B")
 

@@ -126,6 +126,8 @@ def _encode_seq(seq: list[Any] | tuple[Any, ...], path: str, tensors: dict[str, 
 
 def unflatten(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(skeleton, list):
+        if _PLAIN.issuperset(map(type, skeleton)):
+            return list(skeleton)  # plain values (an RNG state): no call per element
         return [unflatten(v, tensors) for v in skeleton]
     if not isinstance(skeleton, dict):
         return skeleton
@@ -257,7 +259,7 @@ def parse_safetensors(buf: Any) -> dict[str, torch.Tensor]:
     """
     view = memoryview(buf).cast("B")
     if view.readonly:
-        raise ValueError("parse_safetensors wants a writable buffer (tensors share its memory)")
+        raise TypeError("parse_safetensors wants a writable buffer (tensors share its memory)")
     total = len(view)
     if total < 8:
         raise ValueError("safetensors: file shorter than its 8-byte header length")
@@ -268,7 +270,7 @@ def parse_safetensors(buf: Any) -> dict[str, torch.Tensor]:
         raise ValueError("safetensors: header runs past the end of the file")
     header = json.loads(bytes(view[8 : 8 + n]).decode("utf-8"))
     if not isinstance(header, dict):
-        raise ValueError("safetensors: header is not a JSON object")
+        raise ValueError("safetensors: header is not a JSON object")  # noqa: TRY004 - a bad file, not a bad call
     meta = header.pop("__metadata__", None)
     if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
         raise ValueError("safetensors: __metadata__ is not a map of strings")
@@ -276,7 +278,7 @@ def parse_safetensors(buf: Any) -> dict[str, torch.Tensor]:
     entries = []
     for name, info in header.items():
         if not isinstance(info, dict):
-            raise ValueError(f"safetensors: entry {name!r} is not an object")
+            raise ValueError(f"safetensors: entry {name!r} is not an object")  # noqa: TRY004 - a bad file
         dtype = _BY_NAME.get(info.get("dtype"))  # type: ignore[arg-type]
         shape, offsets = info.get("shape"), info.get("data_offsets")
         if dtype is None:
