@@ -26,7 +26,7 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -q -ra -m "not slow"
 
 bench: $(STAMP)
-	$(BIN)/python bench/checkpoint.py $(BENCH_ARGS)
+	@$(BIN)/python bench/checkpoint.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs

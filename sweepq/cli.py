@@ -48,7 +48,7 @@ def out() -> Console:
     """Wide when piped (tables are not cut to 80 columns in files and CI logs)."""
     console = Console(highlight=False, soft_wrap=False)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=False, width=200)
+        console = Console(highlight=False, soft_wrap=False, width=1000)
     return console
 
 

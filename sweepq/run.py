@@ -75,7 +75,6 @@ class Run:
         self._manifests = manifest.committed_manifests(self.paths)
         self._last_scheduled = -1
         self._last_time = time.monotonic()
-        self._auto_interval = AUTO_FIRST
         self._state_ref: dict[str, Any] | None = None
         self._pending: dict[str, Any] = {}
         self._last_send = 0.0
@@ -263,7 +262,18 @@ class Run:
         elapsed = time.monotonic() - self._last_time
         if p.every_seconds and elapsed >= p.every_seconds:
             return True
-        return p.auto and elapsed >= self._auto_interval
+        return p.auto and elapsed >= self._auto_interval()
+
+    def _auto_interval(self) -> float:
+        """Often enough to lose little, rarely enough that checkpoints cost ~AUTO_OVERHEAD of the run.
+
+        The cost of the last checkpoint is its pause plus its background write,
+        measured once that write finished (the write competes for the CPU).
+        """
+        if not self.stall_seconds:
+            return AUTO_FIRST
+        cost = self.stall_seconds[-1] + (0.0 if self._writer.busy else self._writer.last_seconds)
+        return min(AUTO_MAX_INTERVAL, max(AUTO_MIN_INTERVAL, cost / AUTO_OVERHEAD))
 
     def _save(self, state: dict[str, Any], step: int, metrics: dict[str, Any]) -> None:
         t0 = time.perf_counter()
@@ -284,8 +294,6 @@ class Run:
         stall = time.perf_counter() - t0
         self.stall_seconds.append(stall)
         self._last_time = time.monotonic()
-        cost = stall + self._writer.last_seconds
-        self._auto_interval = min(AUTO_MAX_INTERVAL, max(AUTO_MIN_INTERVAL, cost / AUTO_OVERHEAD))
 
     def _commit(self, step: int, skeleton: Any, buffers: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         # Checkpoints at or after this step belong to an abandoned timeline (this
