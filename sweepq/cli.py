@@ -12,7 +12,8 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -62,8 +63,24 @@ root_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (stable fields).")
 
 
-def open_store(spec: str | None, root: str | None) -> Store:
-    return Store.open_readonly(resolve_root(spec, root))
+@contextmanager
+def reading(spec: str | None, root: str | None) -> Iterator[Store]:
+    """The store of the root named by SPEC, --root or the current folder, never written."""
+    store = Store.open_readonly(resolve_root(spec, root))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def steering(root: str | None) -> Iterator[Store]:
+    """The store for a steering command (migrated if needed, short writes)."""
+    store = Store.open(resolve_root(None, root))
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -168,8 +185,7 @@ def worker(root: str, name: str | None, parent_pid: int | None) -> None:
 @friendly
 def status(spec: str | None, root: str | None, as_json: bool, watch: bool) -> None:
     """Every cell at a glance: state, progress, metrics, attempts, last reason."""
-    store = open_store(spec, root)
-    try:
+    with reading(spec, root) as store:
         metric = store.settings().metric
         if as_json:
             etas = store.etas()
@@ -190,8 +206,6 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool) -> No
                     time.sleep(1)
             except KeyboardInterrupt:
                 pass
-    finally:
-        store.close()
 
 
 def _alive(store: Store, cell: Any) -> bool | None:
@@ -219,8 +233,7 @@ def show(cell: str, root: str | None, as_json: bool) -> None:
     from .layout import CellPaths
     from .marker import read_done
 
-    store = open_store(None, root)
-    try:
+    with reading(None, root) as store:
         rec = store.cell(_one_cell(store, cell))
         attempts = store.attempts(rec.id)
         ckpts = store.checkpoints(rec.id)
@@ -238,8 +251,6 @@ def show(cell: str, root: str | None, as_json: bool) -> None:
             print_json(d)
             return
         out().print(render.show_cell(rec, attempts, ckpts, events, store.settings().metric))
-    finally:
-        store.close()
 
 
 def _one_cell(store: Store, selector: str) -> str:
@@ -261,16 +272,13 @@ def attempts(root: str | None, cells: tuple[str, ...], reason: str | None, as_js
 
     if reason is not None and reason not in {r.value for r in Reason}:
         raise UsageError(f"unknown reason {reason!r}: one of {', '.join(r.value for r in Reason)}")
-    store = open_store(None, root)
-    try:
+    with reading(None, root) as store:
         wanted = {c.id for c in select_cells(store.cells(), cells)} if cells else None
         rows = [a for a in store.attempts(reason=reason, newest_first=True) if wanted is None or a.cell in wanted]
         if as_json:
             print_json([a.to_json() for a in rows])
         else:
             out().print(render.attempts_table(rows))
-    finally:
-        store.close()
 
 
 @main.command()
@@ -281,15 +289,12 @@ def report(root: str | None, as_json: bool) -> None:
     """Where the hours went: attempts, wall and GPU hours, and steps lost, per termination reason."""
     from .report import by_reason
 
-    store = open_store(None, root)
-    try:
+    with reading(None, root) as store:
         rows = by_reason(store.attempts())
         if as_json:
             print_json(rows)
         else:
             out().print(render.report_table(rows))
-    finally:
-        store.close()
 
 
 @main.command()
@@ -301,16 +306,13 @@ def best(root: str | None, as_json: bool, top: int) -> None:
     """Per cell, the best metric and the checkpoint that holds it; then the sweep's winners."""
     from .report import best_per_cell
 
-    store = open_store(None, root)
-    try:
+    with reading(None, root) as store:
         metric = store.settings().metric
         rows = best_per_cell(store, metric, top)
         if as_json:
             print_json(rows)
         else:
             out().print(render.best_table(rows, metric))
-    finally:
-        store.close()
 
 
 # -- steering ------------------------------------------------------------------------------
@@ -328,13 +330,10 @@ def _selected(store: Store, selectors: tuple[str, ...]) -> list[str]:
 @friendly
 def retry(cells: tuple[str, ...], root: str | None) -> None:
     """Requeue failed or cancelled CELLS with a fresh retry budget."""
-    store = Store.open(resolve_root(None, root))
-    try:
+    with steering(root) as store:
         ids = _selected(store, cells)
         moved = store.retry(ids)
         _report_moves("requeued", moved, ids, store)
-    finally:
-        store.close()
 
 
 @main.command()
@@ -343,8 +342,7 @@ def retry(cells: tuple[str, ...], root: str | None) -> None:
 @friendly
 def cancel(cells: tuple[str, ...], root: str | None) -> None:
     """Cancel CELLS; a running one is first preempted gracefully by its worker."""
-    store = Store.open(resolve_root(None, root))
-    try:
+    with steering(root) as store:
         ids = _selected(store, cells)
         now, requested = store.cancel(ids)
         if now:
@@ -354,8 +352,6 @@ def cancel(cells: tuple[str, ...], root: str | None) -> None:
         rest = [i for i in ids if i not in now and i not in requested]
         if rest:
             click.echo(f"unchanged (done, failed or already cancelled): {', '.join(rest)}")
-    finally:
-        store.close()
 
 
 @main.command()
@@ -364,37 +360,37 @@ def cancel(cells: tuple[str, ...], root: str | None) -> None:
 @friendly
 def reset(cells: tuple[str, ...], root: str | None) -> None:
     """Start CELLS over from scratch; their checkpoints and DONE.json move to the attic."""
-    from .layout import CellPaths
-
-    path = resolve_root(None, root)
-    store = Store.open(path)
-    try:
+    with steering(root) as store:
         ids = _selected(store, cells)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        done = []
-        for cid in ids:
-            paths = CellPaths(path, cid)
-            lock = CellLock(paths.lock)
-            if not lock.try_acquire():
-                click.echo(f"{cid} is running: cancel it first (sweepq cancel {cid})", err=True)
-                continue
-            try:
-                attic = RootPaths(path).attic / cid / stamp
-                moved = []
-                for item in (paths.checkpoints, paths.done):
-                    if item.exists():
-                        attic.mkdir(parents=True, exist_ok=True)
-                        shutil.move(str(item), str(attic / item.name))
-                        moved.append(item.name)
-                if store.reset([cid]):
-                    done.append(cid)
-                    if moved:
-                        store.add_event(cid, "moved_to_attic", {"path": str(attic.relative_to(path)), "items": moved})
-            finally:
-                lock.release()
+        done = [cid for cid in ids if _reset_one(store, cid, stamp)]
         _report_moves("reset", done, ids, store)
+
+
+def _reset_one(store: Store, cid: str, stamp: str) -> bool:
+    """Move a cell's checkpoints and marker to the attic, then requeue it; never while it runs."""
+    from .layout import CellPaths
+
+    paths = CellPaths(store.root, cid)
+    lock = CellLock(paths.lock)
+    if not lock.try_acquire():
+        click.echo(f"{cid} is running: cancel it first (sweepq cancel {cid})", err=True)
+        return False
+    try:
+        attic = RootPaths(store.root).attic / cid / stamp
+        moved = []
+        for item in (paths.checkpoints, paths.done):
+            if item.exists():
+                attic.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(item), str(attic / item.name))
+                moved.append(item.name)
+        if not store.reset([cid]):
+            return False
+        if moved:
+            store.add_event(cid, "moved_to_attic", {"path": str(attic.relative_to(store.root)), "items": moved})
+        return True
     finally:
-        store.close()
+        lock.release()
 
 
 def _report_moves(verb: str, moved: list[str], asked: list[str], store: Store) -> None:

@@ -26,6 +26,7 @@ from .liveness import finish_attempt, reap, reconcile_markers
 from .lock import ENV_LOCK_FD, CellLock
 from .memory import OomCounters, judge_sigkill
 from .records import Claim, Outcome, WorkerInfo
+from .program import tail_file
 from .records import ENV_ATTEMPT_FILE, AttemptSpec
 from .spec import Settings
 from .states import Reason
@@ -334,17 +335,5 @@ class Worker:
         if p.notes:
             o.note = "; ".join(p.notes + ([o.note] if o.note else []))
         if o.reason not in (Reason.COMPLETED, Reason.PREEMPTED) and not o.error_tail:
-            o.error_tail = _tail_file(paths.stderr(claim.number))
+            o.error_tail = tail_file(paths.stderr(claim.number), TAIL_LINES)
         return o
-
-
-def _tail_file(path: Path, lines: int = TAIL_LINES) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64_000))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    text = "\n".join(text.rstrip().splitlines()[-lines:])
-    return text or None
