@@ -312,17 +312,18 @@ def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, 
         step = (r + 1) * 100
         t = time.perf_counter()
         c = checkpoint.write_checkpoint(cell.checkpoints, step, skeleton, buffers, meta())
-        store.record_checkpoint(
-            CELL, step, path=f"cells/{CELL}/{cell.relative(c.path)}", epoch=c.epoch, metrics=c.metrics,
-            manifest_sha256=c.manifest_sha256, attempt=1, size_bytes=c.size_bytes,
-        )
         manifests[step] = {"step": step, "metrics": c.metrics, "epoch": c.epoch}
         drop = sorted(set(manifests) - manifest.to_keep(manifests, keep_last, ("loss", "min"), set()))
         for s in drop:
             manifest.delete(cell.checkpoint(s))
             manifests.pop(s)
-        if drop:
-            store.set_checkpoint_state(CELL, drop, CheckpointState.SUPERSEDED, note="retention")
+        with store.batch():  # as a worker records what its training process reported: one transaction
+            store.record_checkpoint(
+                CELL, step, path=f"cells/{CELL}/{cell.relative(c.path)}", epoch=c.epoch, metrics=c.metrics,
+                manifest_sha256=c.manifest_sha256, attempt=1, size_bytes=c.size_bytes,
+            )
+            if drop:
+                store.set_checkpoint_state(CELL, drop, CheckpointState.SUPERSEDED, note="retention")
         dt = time.perf_counter() - t
         dropped.extend(drop)
         t = time.perf_counter()

@@ -54,6 +54,7 @@ class Store:
         self.engine = engine
         self._writer = engine.execution_options(**{db.IMMEDIATE: True})
         self.clock = clock
+        self._batch: Session | None = None
 
     # -- opening ----------------------------------------------------------
 
@@ -93,8 +94,24 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
+        if self._batch is not None:  # inside batch(): join its transaction
+            yield self._batch
+            return
         with Session(self._writer, expire_on_commit=False) as s, s.begin():
             yield s
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Run the write verbs called inside as one transaction (one fsync, one short lock)."""
+        if self._batch is not None:
+            yield
+            return
+        with Session(self._writer, expire_on_commit=False) as s, s.begin():
+            self._batch = s
+            try:
+                yield
+            finally:
+                self._batch = None
 
     @contextmanager
     def _read(self) -> Iterator[Session]:

@@ -250,6 +250,11 @@ class Worker:
 
     def _flush(self, claim: Claim, p: Progress) -> None:
         assert self.store is not None
+        with self.store.batch():  # everything reported since the last flush, in one transaction
+            self._write_progress(claim, p)
+
+    def _write_progress(self, claim: Claim, p: Progress) -> None:
+        assert self.store is not None
         store = self.store
         if p.started:
             store.attempt_started(claim.cell, claim.number, **p.started)
