@@ -145,6 +145,7 @@ class Launcher:
         self.live = live
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stops = 0
+        self.hard_deadline: float | None = None  # after a second interrupt: when to kill what is left
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stops += 1
@@ -196,9 +197,9 @@ class Launcher:
     def _alive(self) -> bool:
         alive = [p for p in self.procs if p.poll() is None]
         if self.stops >= 2 and alive:
-            deadline = getattr(self, "_deadline", None) or time.monotonic() + HARD_STOP_WAIT_S
-            self._deadline = deadline
-            if time.monotonic() > deadline:
+            if self.hard_deadline is None:
+                self.hard_deadline = time.monotonic() + HARD_STOP_WAIT_S
+            if time.monotonic() > self.hard_deadline:
                 for p in alive:
                     p.kill()
         return bool(alive)
@@ -216,15 +217,16 @@ class Launcher:
             if seen.get(c.id) == key:
                 continue
             seen[c.id] = key
-            if c.id not in seen or c.state is not CellState.QUEUED:
-                bits = [f"{c.id} {c.state}"]
-                if c.state is CellState.RUNNING:
-                    bits.append(f"attempt {c.attempts}")
-                if c.state is CellState.DONE and c.metrics:
-                    bits.append(", ".join(f"{k}={render.fmt_num(v)}" for k, v in c.metrics.items() if k != "epoch"))
-                if c.last_reason and c.state is not CellState.DONE:
-                    bits.append(f"(last: {c.last_reason})")
-                self.console.print("  ".join(bits), highlight=False)
+            if c.state is CellState.QUEUED:
+                continue
+            bits = [f"{c.id} {c.state}"]
+            if c.state is CellState.RUNNING:
+                bits.append(f"attempt {c.attempts}")
+            if c.state is CellState.DONE and c.metrics:
+                bits.append(", ".join(f"{k}={render.fmt_num(v)}" for k, v in c.metrics.items() if k != "epoch"))
+            if c.last_reason and c.state is not CellState.DONE:
+                bits.append(f"(last: {c.last_reason})")
+            self.console.print("  ".join(bits), highlight=False)
 
 
 def exit_code(store: Store, interrupted: bool) -> int:

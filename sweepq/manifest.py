@@ -24,6 +24,7 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -228,6 +229,18 @@ def quarantine(step_dir: Path) -> Path:
     os.rename(step_dir, target)
     fsync_dir(step_dir.parent)
     return target
+
+
+def rollback_limit(steps: Iterable[int], nan_step: int | None) -> int | None:
+    """After a `nan` at nan_step: the newest step a resume may load, -1 for a fresh start.
+
+    The newest checkpoint before the bad step is where the bad interval started,
+    so the resume rolls back one further. None when there is no rollback.
+    """
+    if nan_step is None:
+        return None
+    before = sorted((s for s in steps if s < nan_step), reverse=True)
+    return before[1] if len(before) > 1 else -1
 
 
 def committed_manifests(cell: CellPaths) -> dict[int, dict[str, Any]]:

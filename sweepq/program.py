@@ -124,9 +124,8 @@ def resume_checkpoint(spec: AttemptSpec, paths: CellPaths) -> str:
     attempt, the newest before the one the bad interval started from (as Run does).
     """
     steps = paths.committed_steps()
-    if spec.nan_step is not None:
-        before = [s for s in steps if s < spec.nan_step]
-        limit = before[1] if len(before) > 1 else -1
+    limit = manifest.rollback_limit(steps, spec.nan_step)
+    if limit is not None:
         steps = [s for s in steps if s <= limit]
     for step in steps:
         try:

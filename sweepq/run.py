@@ -349,11 +349,8 @@ class Run:
 
     def _rollback_target(self) -> int | None:
         """After a `nan`: resume from the checkpoint before the one the bad interval started from."""
-        if self._spec.nan_step is None:
-            return None
         with self._lock:
-            before = sorted((s for s in self._manifests if s < self._spec.nan_step), reverse=True)
-        return before[1] if len(before) > 1 else -1
+            return manifest.rollback_limit(list(self._manifests), self._spec.nan_step)
 
     def _report_corrupt(self, step: int, why: str, moved: Path) -> None:
         self.corrupt.append({"step": step, "why": why})

@@ -35,6 +35,14 @@ class Reason(StrEnum):
     CANCELLED = "cancelled"  # the user cancelled the cell
 
 
+class CheckpointState(StrEnum):
+    """A checkpoint row's state; *writing* checkpoints are never in the database."""
+
+    COMMITTED = "committed"  # on disk, verified when written
+    SUPERSEDED = "superseded"  # deleted by retention or abandoned by a resume from an earlier step
+    CORRUPT = "corrupt"  # failed verification on restore; moved aside
+
+
 TERMINAL = frozenset({CellState.DONE, CellState.FAILED, CellState.CANCELLED})
 CLAIMABLE = (CellState.INTERRUPTED, CellState.QUEUED)  # claim order: interrupted first
 

@@ -32,19 +32,13 @@ from .records import (
     WorkerInfo,
 )
 from .spec import CellSpec, Settings
-from .states import CellState, Reason
+from .states import CellState, CheckpointState, Reason
 
 Clock = Callable[[], datetime]
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-class CheckpointState:
-    COMMITTED = "committed"  # on disk, verified when written
-    SUPERSEDED = "superseded"  # deleted by retention
-    CORRUPT = "corrupt"  # failed verification on restore; moved aside
 
 
 class Store:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import channel as chan
+from .atomic import read_json
 from .layout import CellPaths
 from .liveness import finish_attempt, reap, reconcile_markers
 from .lock import ENV_LOCK_FD, CellLock
@@ -305,8 +306,6 @@ class Worker:
         peak = int(rusage.ru_maxrss) * 1024 if rusage is not None else None
         account = p.end
         if account is None and paths.receipt(claim.number).exists():
-            from .atomic import read_json
-
             try:
                 account = read_json(paths.receipt(claim.number))
             except (OSError, ValueError):
