@@ -74,7 +74,8 @@ def check_writable(root: Path) -> None:
 class Prepared:
     sweep: Sweep
     root: Path
-    plan: reconcile.ReconcilePlan
+    plan: reconcile.ReconcilePlan  # made from a read; apply() makes it again inside its write
+    accept_changed: bool
 
 
 def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
@@ -90,7 +91,7 @@ def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
         finally:
             store.close()
     plan = reconcile.plan(sweep, existing, accept_changed)
-    return Prepared(sweep, target, plan)
+    return Prepared(sweep, target, plan, accept_changed)
 
 
 def _schema_current(root: Path) -> bool:
@@ -105,8 +106,13 @@ def _schema_current(root: Path) -> bool:
 
 def apply(p: Prepared) -> Store:
     store = Store.open(p.root, create=True)
-    pl = p.plan
-    store.apply_reconcile(p.sweep.settings, str(p.sweep.path), pl.new, pl.changed, pl.removed, pl.returned)
+    try:
+        p.plan = store.apply_reconcile(
+            p.sweep.settings, str(p.sweep.path), lambda existing: reconcile.plan(p.sweep, existing, p.accept_changed)
+        )
+    except BaseException:
+        store.close()
+        raise
     return store
 
 

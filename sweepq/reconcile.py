@@ -1,7 +1,8 @@
 """Reconciling a sweep file with its root: new cells appended, changed cells refused, gone cells reported.
 
-Computed without writing (so bad input leaves nothing behind), then written in
-one transaction by Store.apply_reconcile.
+Computed first from a read, without writing (so bad input leaves nothing
+behind), then computed again and written inside one write transaction by
+Store.apply_reconcile (so two launches starting at once agree).
 """
 
 from __future__ import annotations

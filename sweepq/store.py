@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -34,7 +34,11 @@ from .records import (
 from .spec import CellSpec, Settings
 from .states import CellState, CheckpointState, Reason
 
+if TYPE_CHECKING:
+    from .reconcile import ReconcilePlan as Plan
+
 Clock = Callable[[], datetime]
+Existing = dict[str, tuple[str, dict[str, Any], bool]]  # cell id -> (cfg_hash, cfg, removed)
 
 
 def utcnow() -> datetime:
@@ -146,54 +150,58 @@ class Store:
             row.name, row.spec_path = settings.name, spec_path
             row.settings, row.updated_at = settings.to_json(), now
 
-    def existing_cfgs(self) -> dict[str, tuple[str, dict[str, Any], bool]]:
+    def existing_cfgs(self, session: Session | None = None) -> Existing:
         """cell id -> (cfg_hash, cfg, removed) for every stored cell."""
-        with self._read() as s:
-            rows = s.execute(select(CellRow.id, CellRow.cfg_hash, CellRow.cfg, CellRow.removed))
-            return {r.id: (r.cfg_hash, r.cfg, r.removed) for r in rows}
+        if session is None:
+            with self._read() as s:
+                return self.existing_cfgs(s)
+        rows = session.execute(select(CellRow.id, CellRow.cfg_hash, CellRow.cfg, CellRow.removed))
+        return {r.id: (r.cfg_hash, r.cfg, r.removed) for r in rows}
 
-    def apply_reconcile(
-        self,
-        settings: Settings,
-        spec_path: str | None,
-        new: list[CellSpec],
-        changed: list[tuple[CellSpec, dict[str, Any]]],
-        removed: list[str],
-        returned: list[str],
-    ) -> None:
-        """Write a reconcile computed by sweepq.reconcile (one transaction)."""
-        now = self.clock()
+    def apply_reconcile(self, settings: Settings, spec_path: str | None, planner: Callable[[Existing], Plan]) -> Plan:
+        """Plan against the stored cells and write the plan, in one write transaction.
+
+        The plan is made inside the transaction (not from an earlier read) so that
+        two launches starting at once on a new root agree: the second one sees the
+        first one's cells. A planner that raises leaves nothing written.
+        """
         with self._write() as s:
+            plan = planner(self.existing_cfgs(s))
             self.save_sweep(settings, spec_path, s)
-            for c in new:
-                s.add(
-                    CellRow(
-                        id=c.id,
-                        group_number=c.group,
-                        index=c.index,
-                        group_name=c.group_name,
-                        cfg=c.cfg,
-                        cfg_hash=c.cfg_hash,
-                        state=CellState.QUEUED,
-                        attempts=0,
-                        budget_base=0,
-                        cancel_requested=False,
-                        removed=False,
-                        created_at=now,
-                        updated_at=now,
-                    )
+            self._apply(s, plan)
+        return plan
+
+    def _apply(self, s: Session, plan: Plan) -> None:
+        now = self.clock()
+        for c in plan.new:
+            s.add(
+                CellRow(
+                    id=c.id,
+                    group_number=c.group,
+                    index=c.index,
+                    group_name=c.group_name,
+                    cfg=c.cfg,
+                    cfg_hash=c.cfg_hash,
+                    state=CellState.QUEUED,
+                    attempts=0,
+                    budget_base=0,
+                    cancel_requested=False,
+                    removed=False,
+                    created_at=now,
+                    updated_at=now,
                 )
-            for c, diff in changed:
-                row = s.get(CellRow, c.id)
-                assert row is not None
-                row.cfg, row.cfg_hash, row.updated_at = c.cfg, c.cfg_hash, now
-                self._event(s, c.id, "cfg_changed", {"changes": diff, "accepted": True})
-            for cid in removed:
-                s.execute(update(CellRow).where(CellRow.id == cid).values(removed=True, updated_at=now))
-                self._event(s, cid, "removed_from_spec", {})
-            for cid in returned:
-                s.execute(update(CellRow).where(CellRow.id == cid).values(removed=False, updated_at=now))
-                self._event(s, cid, "returned_to_spec", {})
+            )
+        for c, diff in plan.changed:
+            row = s.get(CellRow, c.id)
+            assert row is not None
+            row.cfg, row.cfg_hash, row.updated_at = c.cfg, c.cfg_hash, now
+            self._event(s, c.id, "cfg_changed", {"changes": diff, "accepted": True})
+        for cid in plan.removed:
+            s.execute(update(CellRow).where(CellRow.id == cid).values(removed=True, updated_at=now))
+            self._event(s, cid, "removed_from_spec", {})
+        for cid in plan.returned:
+            s.execute(update(CellRow).where(CellRow.id == cid).values(removed=False, updated_at=now))
+            self._event(s, cid, "returned_to_spec", {})
 
     # -- reading ------------------------------------------------------------
 
