@@ -277,7 +277,8 @@ class Run:
 
     def _save(self, state: dict[str, Any], step: int, metrics: dict[str, Any]) -> None:
         t0 = time.perf_counter()
-        skeleton, tensors = serialize.flatten({**state, serialize.RNG_KEY: serialize.capture_rng()})
+        rng = serialize.capture_rng()
+        skeleton, tensors = serialize.flatten(state)
         self._writer.flush()  # at most one write in flight; raises its error if it failed
         buffers = self._snap.take(tensors)
         meta = {
@@ -290,7 +291,7 @@ class Run:
             "fingerprints": self._spec.fingerprints,
         }
         self._last_scheduled = step
-        self._writer.submit(lambda: self._commit(step, skeleton, buffers, meta))
+        self._writer.submit(lambda: self._commit(step, *serialize.with_rng(skeleton, buffers, rng), meta))
         stall = time.perf_counter() - t0
         self.stall_seconds.append(stall)
         self._last_time = time.monotonic()

@@ -74,6 +74,18 @@ def flatten(state: dict[str, Any]) -> tuple[Any, dict[str, torch.Tensor]]:
     return _encode(plain, "", tensors), tensors
 
 
+def with_rng(skeleton: Any, tensors: dict[str, torch.Tensor], rng: dict[str, Any]) -> tuple[Any, dict[str, torch.Tensor]]:
+    """What `flatten({**state, RNG_KEY: rng})` gives, from `flatten(state)` and `capture_rng()`.
+
+    capture_rng returns objects nobody else holds (an immutable tuple, fresh
+    arrays and tensors), so their encoding can wait for the writer thread while
+    the training loop goes on.
+    """
+    out = dict(tensors)
+    encoded = _encode(rng, f"/{RNG_KEY}", out)
+    return {"__dict__": [*skeleton["__dict__"], [RNG_KEY, encoded]]}, out
+
+
 _PLAIN = frozenset((type(None), bool, int, float, str))  # exact types that encode as themselves
 
 

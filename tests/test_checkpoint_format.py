@@ -24,9 +24,23 @@ from sweepq.manifest import STATE, TENSORS, CheckpointCorrupt
 
 
 def commit(folder: Path, state: dict[str, Any], step: int = 1) -> checkpoint.Committed:
-    skeleton, tensors = serialize.flatten({**state, serialize.RNG_KEY: serialize.capture_rng()})
+    """As Run does: RNG and state captured in the training thread, the RNG encoded on the writer's side."""
+    rng = serialize.capture_rng()
+    skeleton, tensors = serialize.flatten(state)
     buffers = checkpoint.Snapshotter().take(tensors)
+    skeleton, buffers = serialize.with_rng(skeleton, buffers, rng)
     return checkpoint.write_checkpoint(folder, step, skeleton, buffers, {"metrics": {"loss": 0.5}, "epoch": 1.0})
+
+
+def test_rng_encoded_later_is_the_same_as_flattened_with_the_state() -> None:
+    state = odd_state()
+    rng = serialize.capture_rng()
+    together_skeleton, together = serialize.flatten({**state, serialize.RNG_KEY: rng})
+    skeleton, tensors = serialize.with_rng(*serialize.flatten(state), rng)
+    assert json.dumps(skeleton) == json.dumps(together_skeleton)
+    assert list(tensors) == list(together)
+    assert all(torch.equal(tensors[k], together[k]) for k in together)
+    assert {"/__rng__/torch", "/__rng__/numpy/1"} <= set(tensors)
 
 
 def odd_state() -> dict[str, Any]:
