@@ -31,7 +31,7 @@ from .spectypes import (
     Settings,
 )
 
-CHECKPOINT_KEYS = ("every_steps", "every_seconds", "keep_last", "keep_best")
+CHECKPOINT_KEYS = ("every_steps", "every_seconds", "keep_last", "keep_best", "overlap")
 METRIC_KEYS = ("name", "goal")
 GOALS = {"max": "max", "min": "min", "maximize": "max", "minimize": "min"}
 _TRAIN_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
@@ -115,20 +115,26 @@ def _read_checkpoint(ctx: SpecContext, value: Any) -> CheckpointPolicy:
     if every_steps is not None:
         every_steps = read_int(ctx, every_steps, "checkpoint.every_steps", minimum=1)
     every_seconds = read_number(ctx, value.get("every_seconds"), "checkpoint.every_seconds", above=0)
-    keep_best = value.get("keep_best", True)
-    if not isinstance(keep_best, bool):
-        raise ctx.error(
-            "checkpoint.keep_best",
-            f"expected true or false, got {describe(keep_best)}",
-            "Write keep_best: true",
-        )
     return CheckpointPolicy(
         every_steps=every_steps,
         every_seconds=every_seconds,
         auto=every_steps is None and every_seconds is None,
         keep_last=read_int(ctx, value.get("keep_last", 3), "checkpoint.keep_last", minimum=1),
-        keep_best=keep_best,
+        keep_best=_read_flag(ctx, value, "keep_best"),
+        overlap=_read_flag(ctx, value, "overlap"),
     )
+
+
+def _read_flag(ctx: SpecContext, value: dict[str, Any], name: str) -> bool:
+    """A true/false key of `checkpoint:` (both default to true)."""
+    flag = value.get(name, True)
+    if not isinstance(flag, bool):
+        raise ctx.error(
+            f"checkpoint.{name}",
+            f"expected true or false, got {describe(flag)}",
+            f"Write {name}: true or {name}: false",
+        )
+    return flag
 
 
 def _read_metric(ctx: SpecContext, value: Any) -> Metric | None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, fingerprint, manifest, serialize, signals
+from . import checkpoint, fingerprint, manifest, serialize, signals, snapshot
 from .channel import Channel
 from .records import ENV_ATTEMPT_FILE, AttemptSpec
 from .layout import CellPaths
@@ -69,7 +69,9 @@ class Run:
         self._policy: CheckpointPolicy = settings.checkpoint
         self._metric: Metric | None = settings.metric
         self._channel = channel or Channel(None)
-        self._snap = checkpoint.Snapshotter()
+        self._snap = snapshot.Snapshotter()
+        self._guard = snapshot.StepGuard()  # optimizer.step() waits for a late copy
+        self._overlap = self._policy.overlap
         self._writer = checkpoint.AsyncWriter()
         self._lock = threading.Lock()  # guards _manifests (training thread vs writer thread)
         self._manifests = manifest.committed_manifests(self.paths)
@@ -150,7 +152,11 @@ class Run:
 
         The training loop pauses only while the tensors are copied into reusable
         CPU buffers; files, fsync and the commit happen on a background thread
-        (one write at a time). A step already committed is a no-op.
+        (one write at a time). At the cadence, the weights and optimizer state
+        that only the optimizer writes are copied on that thread during the next
+        forward/backward, and the next `optimizer.step()` waits for that copy
+        (snapshot.py); a forced checkpoint copies everything before it returns.
+        A step already committed is a no-op.
         """
         step = int(step)
         self._state_ref = state
@@ -160,7 +166,7 @@ class Run:
             self._track_best(step, metrics)
         if step <= self._last_scheduled or not (force or self._due(step)):
             return False
-        self._save(state, step, metrics or {})
+        self._save(state, step, metrics or {}, overlap=not force)
         return True
 
     def log(self, step: int, **scalars: Any) -> None:
@@ -240,6 +246,7 @@ class Run:
     def close(self, completed: bool) -> None:
         """Wait for the write in flight; on completion make sure the last step is committed."""
         self._writer.flush()
+        self._guard.remove()
         # The final state is committed even when the cadence never came due (short cells).
         if completed and self._state_ref is not None and self.last_step > self._last_scheduled:
             self._save(self._state_ref, self.last_step, {})
@@ -275,12 +282,14 @@ class Run:
         cost = self.stall_seconds[-1] + (0.0 if self._writer.busy else self._writer.last_seconds)
         return min(AUTO_MAX_INTERVAL, max(AUTO_MIN_INTERVAL, cost / AUTO_OVERHEAD))
 
-    def _save(self, state: dict[str, Any], step: int, metrics: dict[str, Any]) -> None:
+    def _save(self, state: dict[str, Any], step: int, metrics: dict[str, Any], overlap: bool = False) -> None:
         t0 = time.perf_counter()
         rng = serialize.capture_rng()
         skeleton, tensors = serialize.flatten(state)
         self._writer.flush()  # at most one write in flight; raises its error if it failed
-        buffers = self._snap.take(tensors)
+        late = self._guard.owned(state) if overlap and self._overlap else frozenset()
+        snap = self._snap.take(tensors, late)
+        self._guard.arm(snap)
         meta = {
             "cell": self.cell,
             "attempt": self.attempt,
@@ -291,10 +300,34 @@ class Run:
             "fingerprints": self._spec.fingerprints,
         }
         self._last_scheduled = step
-        self._writer.submit(lambda: self._commit(step, *serialize.with_rng(skeleton, buffers, rng), meta))
+        self._writer.submit(lambda: self._commit_snapshot(step, snap, skeleton, rng, meta))
         stall = time.perf_counter() - t0
         self.stall_seconds.append(stall)
         self._last_time = time.monotonic()
+
+    def _commit_snapshot(
+        self, step: int, snap: snapshot.Snapshot, skeleton: Any, rng: dict[str, Any], meta: dict[str, Any]
+    ) -> None:
+        """On the writer thread: finish the snapshot's copy, then commit it."""
+        try:
+            snap.finish()
+        except snapshot.SnapshotRaced as e:
+            self._refuse_raced(step, e)
+            return
+        self._commit(step, *serialize.with_rng(skeleton, snap.buffers, rng), meta)
+
+    def _refuse_raced(self, step: int, e: snapshot.SnapshotRaced) -> None:
+        """The copy saw a state that never existed: commit nothing, and copy everything up front from now on."""
+        self._overlap = False
+        with self._lock:  # so that close() commits the final step even if this was it
+            self._last_scheduled = max(self._manifests, default=self.start_step)
+        note = (
+            f"checkpoint at step {step} not committed: {e}; later checkpoints of this attempt copy "
+            "everything before run.checkpoint returns (set checkpoint: {overlap: false} to start that way)"
+        )
+        print(f"sweepq warning: {self.cell}: {note}", file=sys.stderr, flush=True)
+        self.warnings.append(note)
+        self._channel.send("warning", event="snapshot_raced", step=step, notes=[note])
 
     def _commit(self, step: int, skeleton: Any, buffers: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         # Checkpoints at or after this step belong to an abandoned timeline (this

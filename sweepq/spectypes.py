@@ -41,6 +41,8 @@ class CheckpointPolicy:
         cadence from the measured cost of a checkpoint.
     keep_last: committed checkpoints kept besides the best and the final one.
     keep_best: also keep the best checkpoint by the sweep's metric.
+    overlap: copy the tensors only the optimizer writes during the next
+        forward/backward instead of before run.checkpoint returns (snapshot.py).
     """
 
     every_steps: int | None = None
@@ -48,6 +50,7 @@ class CheckpointPolicy:
     auto: bool = True
     keep_last: int = 3
     keep_best: bool = True
+    overlap: bool = True
 
 
 @dataclass(frozen=True)

@@ -105,3 +105,14 @@ def env_with(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+def make_run(root: Path, cell: str = "1.1", **policy: Any) -> Any:
+    """A Run as a training process gets it, on `root`: every step due unless `policy` says otherwise."""
+    from sweepq.records import AttemptSpec
+    from sweepq.run import Run
+    from sweepq.spec import CheckpointPolicy, Settings
+
+    policy = {"every_steps": 1, "auto": False, "keep_last": 100, "keep_best": False, **policy}
+    settings = Settings(name="s", form="grouped", spec_dir=".", train="m:f", checkpoint=CheckpointPolicy(**policy))
+    return Run(AttemptSpec(root=str(root), cell=cell, attempt=1, cfg={}, cfg_hash="h", settings=settings.to_json()))

@@ -18,7 +18,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as st_save
 
-from sweepq import checkpoint, manifest, serialize
+from sweepq import checkpoint, manifest, serialize, snapshot
 from sweepq.layout import CellPaths
 from sweepq.manifest import STATE, TENSORS, CheckpointCorrupt
 
@@ -27,7 +27,7 @@ def commit(folder: Path, state: dict[str, Any], step: int = 1) -> checkpoint.Com
     """As Run does: RNG and state captured in the training thread, the RNG encoded on the writer's side."""
     rng = serialize.capture_rng()
     skeleton, tensors = serialize.flatten(state)
-    buffers = checkpoint.Snapshotter().take(tensors)
+    buffers = snapshot.Snapshotter().take(tensors).buffers
     skeleton, buffers = serialize.with_rng(skeleton, buffers, rng)
     return checkpoint.write_checkpoint(folder, step, skeleton, buffers, {"metrics": {"loss": 0.5}, "epoch": 1.0})
 
@@ -224,17 +224,17 @@ def _file(header: Any, body: bytes) -> bytes:
 
 
 def test_snapshot_buffers_are_reused_and_detached() -> None:
-    snap = checkpoint.Snapshotter()
+    snap = snapshot.Snapshotter()
     w = torch.nn.Parameter(torch.randn(4, 4))
-    first = snap.take({"w": w})["w"]
+    first = snap.take({"w": w}).buffers["w"]
     assert not first.requires_grad and first.grad_fn is None and torch.equal(first, w.detach())
     with torch.no_grad():
         w.add_(1)
-    again = snap.take({"w": w})["w"]
+    again = snap.take({"w": w}).buffers["w"]
     assert again.data_ptr() == first.data_ptr() and torch.equal(again, w.detach())
-    bigger = snap.take({"w": torch.ones(5)})["w"]
+    bigger = snap.take({"w": torch.ones(5)}).buffers["w"]
     assert bigger.shape == (5,)
-    assert set(snap.take({"v": torch.zeros(2)})) == {"v"} and set(snap.buffers) == {"v"}
+    assert set(snap.take({"v": torch.zeros(2)}).buffers) == {"v"} and set(snap.buffers) == {"v"}
 
 
 def test_async_writer_reports_errors_and_survives_its_thread_exiting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -267,10 +267,10 @@ def test_a_write_in_flight_at_exit_completes(tmp_path: Path) -> None:
     script = f"""
 import atexit, time, torch
 from pathlib import Path
-from sweepq import checkpoint, serialize
+from sweepq import checkpoint, serialize, snapshot
 w = checkpoint.AsyncWriter()
 skeleton, tensors = serialize.flatten({{"w": torch.randn(1_000_000)}})
-buffers = checkpoint.Snapshotter().take(tensors)
+buffers = snapshot.Snapshotter().take(tensors).buffers
 def job():
     time.sleep(0.3)  # still writing when the interpreter starts shutting down
     checkpoint.write_checkpoint(Path({str(tmp_path)!r}), 5, skeleton, buffers, {{}})

@@ -204,12 +204,18 @@ def test_empty_params_and_description_are_accepted():
 def test_checkpoint_defaults_are_auto():
     checkpoint = parse("train: m:f\ngrid: {a: [1]}\n").settings.checkpoint
     assert (checkpoint.auto, checkpoint.every_steps, checkpoint.every_seconds) == (True, None, None)
-    assert (checkpoint.keep_last, checkpoint.keep_best) == (3, True)
+    assert (checkpoint.keep_last, checkpoint.keep_best, checkpoint.overlap) == (3, True, True)
 
 
 def test_checkpoint_with_one_cadence_is_not_auto():
     checkpoint = parse("train: m:f\ncheckpoint: {every_seconds: 2.5, keep_last: 1, keep_best: false}\ngrid: {a: [1]}\n").settings.checkpoint
     assert (checkpoint.auto, checkpoint.every_seconds, checkpoint.keep_last, checkpoint.keep_best) == (False, 2.5, 1, False)
+
+
+def test_checkpoint_overlap_can_be_turned_off_and_survives_the_database_round_trip():
+    settings = parse("train: m:f\ncheckpoint: {overlap: false}\ngrid: {a: [1]}\n").settings
+    assert settings.checkpoint.overlap is False
+    assert Settings.from_json(settings.to_json()).checkpoint.overlap is False
 
 
 @pytest.mark.parametrize("written, goal", [("max", "max"), ("min", "min"), ("maximize", "max"), ("minimize", "min")])
@@ -373,6 +379,7 @@ ERRORS = {
     "checkpoint negative seconds": ("train: m:f\ncheckpoint: {every_seconds: -1}\ngrid: {a: [1]}\n", ["checkpoint.every_seconds: expected a number above 0"]),
     "checkpoint keep_last zero": ("train: m:f\ncheckpoint: {keep_last: 0}\ngrid: {a: [1]}\n", ["checkpoint.keep_last: expected a whole number of at least 1"]),
     "checkpoint keep_best string": ("train: m:f\ncheckpoint: {keep_best: 'no'}\ngrid: {a: [1]}\n", ["checkpoint.keep_best: expected true or false"]),
+    "checkpoint overlap number": ("train: m:f\ncheckpoint: {overlap: 1}\ngrid: {a: [1]}\n", ["checkpoint.overlap: expected true or false, got the number 1", "overlap: false"]),
     "metric without name": ("train: m:f\nmetric: {goal: max}\ngrid: {a: [1]}\n", ["metric: has no `name:`"]),
     "metric as a string": ("train: m:f\nmetric: acc\ngrid: {a: [1]}\n", ["metric: expected a mapping, got the string 'acc'", "metric: {name: val_acc, goal: max}"]),
     "metric bad goal": ("train: m:f\nmetric: {name: a, goal: up}\ngrid: {a: [1]}\n", ["metric.goal: the string 'up' is not a goal", "max, min, maximize, minimize"]),
