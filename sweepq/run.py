@@ -289,7 +289,6 @@ class Run:
         self._writer.flush()  # at most one write in flight; raises its error if it failed
         late = self._guard.owned(state) if overlap and self._overlap else frozenset()
         snap = self._snap.take(tensors, late)
-        self._guard.arm(snap)
         meta = {
             "cell": self.cell,
             "attempt": self.attempt,
@@ -301,6 +300,7 @@ class Run:
         }
         self._last_scheduled = step
         self._writer.submit(lambda: self._commit_snapshot(step, snap, skeleton, rng, meta))
+        self._guard.arm(snap)  # after the job is handed over: a copy that never starts never holds a step
         stall = time.perf_counter() - t0
         self.stall_seconds.append(stall)
         self._last_time = time.monotonic()
