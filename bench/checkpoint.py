@@ -509,19 +509,10 @@ def fig_stall_big(tmp: Path, state: dict[str, Any], rounds: int, per_round: int 
         b.copy_(t)
     step = [0]
 
-    def ckpt(r: int) -> float:
-        ts = []
-        for _ in range(per_round):
-            run._writer.flush()
-            step[0] += 1
-            t = time.perf_counter()
-            run.checkpoint(state, step[0], force=True)
-            ts.append(time.perf_counter() - t)
-        return median(ts)
-
-    def cadence(with_step: bool) -> Callable[[int], float]:
-        """At the cadence: the call alone, or the call and an optimizer step right after it (no forward or
-        backward pass to hide the late copy behind: the step waits for all of it)."""
+    def pause(force: bool, with_step: bool = False) -> Callable[[int], float]:
+        """Run.checkpoint's wall time: forced (everything copied before it returns), or at the cadence,
+        alone or with an optimizer step right after it (no forward or backward pass to hide the late
+        copy behind: the step waits for all of it)."""
 
         def method(r: int) -> float:
             ts = []
@@ -529,7 +520,7 @@ def fig_stall_big(tmp: Path, state: dict[str, Any], rounds: int, per_round: int 
                 run._writer.flush()
                 step[0] += 1
                 t = time.perf_counter()
-                assert run.checkpoint(state, step[0])
+                assert run.checkpoint(state, step[0], force=force)
                 if with_step:
                     run._guard.wait()  # what the optimizer's step pre-hook does
                 ts.append(time.perf_counter() - t)
@@ -548,9 +539,9 @@ def fig_stall_big(tmp: Path, state: dict[str, Any], rounds: int, per_round: int 
         return median(ts)
 
     methods = {
-        "checkpoint_call": ckpt,
-        "cadence_call": cadence(False),
-        "cadence_call_and_step": cadence(True),
+        "checkpoint_call": pause(force=True),
+        "cadence_call": pause(force=False),
+        "cadence_call_and_step": pause(force=False, with_step=True),
         "bare_copy": copy,
     }
     s = interleave(methods, rounds, "stall-big")
