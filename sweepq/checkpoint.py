@@ -25,23 +25,22 @@ import torch
 
 from . import serialize
 from .atomic import fsync_dir
+from .diskio import write_file, write_files
+from .image import Files
 from .layout import MANIFEST_NAME, CellPaths
 from .manifest import (
-    CHUNK,
-    CRASH_AT,
     FORMAT,
-    SMALL,
     STATE,
     TENSORS,
     WRITING_PREFIX,
     CheckpointCorrupt,
     count_commit,
     crash_point,
-    hasher,
     quarantine,
     read_manifest,
     read_verified,
     read_verified_into,
+    tensor_files,
     wait_deleted,
 )
 
@@ -70,68 +69,39 @@ class Loaded:
 # -- writing ------------------------------------------------------------------------
 
 
-def _write_file(path: Path, parts: list[memoryview]) -> tuple[str, int]:
-    """Write parts and fsync them while the sha256 is computed on the other core.
-
-    hashlib, write and fsync all release the GIL: the hash starts with the
-    first write and costs nothing extra as long as it is faster than the disk.
-    The parts must not change until this returns (the caller owns them).
-    """
-    total = sum(len(p) for p in parts)
-    size = 0
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    fut = hasher().submit(_digest, parts) if total >= SMALL else None
-    try:
-        half = total // 2
-        for p in parts:
-            for start in range(0, len(p), CHUNK):
-                view = p[start : start + CHUNK]
-                while len(view):
-                    n = os.write(fd, view)
-                    view = view[n:]
-                    size += n
-                if CRASH_AT and size >= half:
-                    crash_point("mid_file")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-        if fut is not None:
-            fut.exception()  # on errors too: the hash reads the caller's buffers until it ends
-    return (fut.result() if fut is not None else _digest(parts)), size
-
-
-def _digest(parts: list[memoryview]) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p)
-    return h.hexdigest()
-
-
 def write_checkpoint(
     checkpoints_dir: Path,
     step: int,
     skeleton: Any,
     tensors: dict[str, torch.Tensor],
     meta: dict[str, Any],
+    image: Files | None = None,
 ) -> Committed:
-    """Commit one checkpoint (tensors already on the CPU and owned by the caller)."""
+    """Commit one checkpoint (tensors already on the CPU and owned by the caller).
+
+    When the tensors are `image`'s views (plus small extras), the tensor files
+    are written from the image itself, with direct I/O (diskio.py).
+    """
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
     final = checkpoints_dir / f"step-{step}"
     tmp = checkpoints_dir / f"{WRITING_PREFIX}step-{step}-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
     crash_point("before_write")
     files: dict[str, dict[str, Any]] = {}
-    sha, size = _write_file(tmp / TENSORS, list(serialize.safetensors_parts(tensors)))
-    files[TENSORS] = {"sha256": sha, "size": size}
+    parts = image.parts(tensors) if image is not None else None
+    if parts is None:
+        parts = {TENSORS: list(serialize.safetensors_parts(tensors))}
+    for name, (sha, size) in write_files(tmp, parts).items():
+        files[name] = {"sha256": sha, "size": size}
     crash_point("after_tensors")
     state_bytes = json.dumps(skeleton, separators=(",", ":"), allow_nan=True).encode()
-    sha, size = _write_file(tmp / STATE, [memoryview(state_bytes)])
+    sha, size = write_file(tmp / STATE, [memoryview(state_bytes)])
     files[STATE] = {"sha256": sha, "size": size}
     crash_point("after_state")
     created = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
     manifest = {"format": FORMAT, "step": step, "created_at": created, "files": files, **meta}
     manifest_bytes = (json.dumps(manifest, indent=1, sort_keys=True, allow_nan=True) + "\n").encode()
-    msha, _ = _write_file(tmp / MANIFEST_NAME, [memoryview(manifest_bytes)])
+    msha, _ = write_file(tmp / MANIFEST_NAME, [memoryview(manifest_bytes)])
     crash_point("after_manifest")
     fsync_dir(tmp)
     crash_point("before_rename")
@@ -168,13 +138,20 @@ def load(step_dir: Path) -> Loaded:
     """
     m = read_manifest(step_dir)
     msha = hashlib.sha256((step_dir / MANIFEST_NAME).read_bytes()).hexdigest()
-    for needed in (TENSORS, STATE):
-        if needed not in m["files"]:
-            raise CheckpointCorrupt(step_dir, f"manifest lists no {needed}")
+    names = tensor_files(m["files"])
+    if names is None:
+        raise CheckpointCorrupt(step_dir, "manifest lists no complete set of tensor files")
+    if STATE not in m["files"]:
+        raise CheckpointCorrupt(step_dir, f"manifest lists no {STATE}")
     state_bytes = read_verified(step_dir, STATE, m["files"][STATE])
-    raw = read_verified_into(step_dir, TENSORS, m["files"][TENSORS], _alloc_bytes)
+    raws = [read_verified_into(step_dir, name, m["files"][name], _alloc_bytes) for name in names]
     try:
-        tensors = serialize.load_safetensors(raw)
+        tensors: dict[str, torch.Tensor] = {}
+        for raw in raws:
+            more = serialize.load_safetensors(raw)
+            if tensors.keys() & more.keys():
+                raise ValueError(f"tensors {sorted(tensors.keys() & more.keys())[:3]} are in two files")
+            tensors.update(more)
         skeleton = json.loads(state_bytes)
         plain = serialize.unflatten(skeleton, tensors)
     except Exception as e:  # a verified file that still does not parse: written by a bug

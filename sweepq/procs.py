@@ -24,3 +24,12 @@ def die_with_parent(parent_pid: int | None, sig: int = signal.SIGTERM) -> None:
 
 def orphaned(parent_pid: int | None) -> bool:
     return parent_pid is not None and os.getppid() != parent_pid
+
+
+def usable_cores(at_most: int) -> int:
+    """The cores this process may run on (its affinity, not the machine's count), capped at `at_most`."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, at_most))

@@ -30,6 +30,7 @@ import torch
 
 from . import checkpoint, fingerprint, manifest, serialize, signals, snapshot
 from .channel import Channel
+from .image import Files
 from .records import ENV_ATTEMPT_FILE, AttemptSpec
 from .layout import CellPaths
 from .spec import CheckpointPolicy, Metric, Settings
@@ -314,7 +315,7 @@ class Run:
         except snapshot.SnapshotRaced as e:
             self._refuse_raced(step, e)
             return
-        self._commit(step, *serialize.with_rng(skeleton, snap.buffers, rng), meta)
+        self._commit(step, *serialize.with_rng(skeleton, snap.buffers, rng), meta, snap.image)
 
     def _refuse_raced(self, step: int, e: snapshot.SnapshotRaced) -> None:
         """The copy saw a state that never existed: commit nothing, and copy everything up front from now on."""
@@ -329,11 +330,13 @@ class Run:
         self.warnings.append(note)
         self._channel.send("warning", event="snapshot_raced", step=step, notes=[note])
 
-    def _commit(self, step: int, skeleton: Any, buffers: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    def _commit(
+        self, step: int, skeleton: Any, buffers: dict[str, torch.Tensor], meta: dict[str, Any], image: Files | None
+    ) -> None:
         # Checkpoints at or after this step belong to an abandoned timeline (this
         # attempt never scheduled them): a resume must never land on them.
         self._supersede_after(step - 1, "abandoned: training restarted from an earlier step")
-        c = checkpoint.write_checkpoint(self.paths.checkpoints, step, skeleton, buffers, meta)
+        c = checkpoint.write_checkpoint(self.paths.checkpoints, step, skeleton, buffers, meta, image)
         with self._lock:
             self._manifests[step] = {"step": step, "metrics": c.metrics, "epoch": c.epoch}
         self._channel.send(

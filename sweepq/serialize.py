@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -217,31 +218,44 @@ def tensor_bytes(t: torch.Tensor) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy()).cast("B")
 
 
-def safetensors_parts(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> Iterator[memoryview]:
-    """The pieces of a safetensors file, in order: length, header, then each tensor's bytes.
+TensorSpec = tuple[str, "torch.Size | list[int]", torch.dtype]  # name, shape, dtype: one tensor of a file
+
+
+def header_entries(specs: Iterable[TensorSpec], offset: int = 0) -> tuple[dict[str, Any], list[str], int]:
+    """A safetensors header's entries for `specs` laid out from `offset`: (entries, order, end).
 
     Tensors are laid out by decreasing element size, then by name (the order the
     safetensors library itself uses): every tensor then starts at a multiple of
     its element size, so a reader can view the file's bytes without copying.
     """
-    header: dict[str, Any] = {}
-    offset = 0
-    for name, t in tensors.items():
-        if t.dtype not in DTYPES:
-            raise StateError(f"tensor {name} has dtype {t.dtype}, which checkpoints do not support")
-    names = sorted(tensors, key=lambda n: (-tensors[n].element_size(), n))
-    for name in names:
-        t = tensors[name]
-        size = t.numel() * t.element_size()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+    entries: dict[str, Any] = {}
+    order = sorted(specs, key=lambda s: (-s[2].itemsize, s[0]))
+    for name, shape, dtype in order:
+        if dtype not in DTYPES:
+            raise StateError(f"tensor {name} has dtype {dtype}, which checkpoints do not support")
+        size = math.prod(shape) * dtype.itemsize
+        entries[name] = {"dtype": DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
+    return entries, [s[0] for s in order], offset
+
+
+def header_bytes(entries: dict[str, Any], length: int | None = None) -> bytes:
+    """The 8-byte length and the JSON header, padded with spaces (as the format allows) to `length` bytes
+    in all, or to a multiple of 8. Raises ValueError if the header does not fit in `length`."""
+    raw = json.dumps(entries, separators=(",", ":")).encode()
+    pad = -len(raw) % 8 if length is None else length - 8 - len(raw)
+    if pad < 0:
+        raise ValueError(f"a safetensors header of {len(raw)} bytes does not fit in {length - 8}")
+    return struct.pack("<Q", len(raw) + pad) + raw + b" " * pad
+
+
+def safetensors_parts(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> Iterator[memoryview]:
+    """The pieces of a safetensors file, in order: length and header, then each tensor's bytes."""
+    entries, order, _ = header_entries((name, t.shape, t.dtype) for name, t in tensors.items())
     if metadata:
-        header["__metadata__"] = metadata
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes
-    yield memoryview(struct.pack("<Q", len(raw)))
-    yield memoryview(raw)
-    for name in names:
+        entries["__metadata__"] = metadata
+    yield memoryview(header_bytes(entries))
+    for name in order:
         yield tensor_bytes(tensors[name])
 
 

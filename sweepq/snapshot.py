@@ -19,7 +19,6 @@ optimizer step sets `checkpoint: {overlap: false}`.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -27,6 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from .image import Files
+from .procs import usable_cores
 
 TensorKey = tuple[int, int, torch.dtype]  # data_ptr, numel, dtype: the same memory under any alias
 
@@ -51,6 +53,7 @@ class Snapshot:
     """The buffers of one checkpoint; `late` ones are filled by `finish()` on the writer thread."""
 
     buffers: dict[str, torch.Tensor]
+    image: Files | None = None  # the tensor files the buffers are views of (image.py)
     late: list[tuple[str, torch.Tensor, torch.Tensor, int]] = field(default_factory=list)  # name, buf, src, version
     copied: threading.Event = field(default_factory=threading.Event)
 
@@ -75,8 +78,10 @@ class Snapshot:
 class Snapshotter:
     """Copies tensors into reusable CPU buffers (pinned for GPU tensors).
 
-    Reusing buffers matters: fresh allocations cost several times a copy into
-    memory that is already mapped. The immediate copy runs in the training
+    The buffers are views of page-aligned images of the checkpoint's tensor
+    files (image.py), kept while the tensors keep their names, shapes and dtypes. Reusing
+    them matters: fresh allocations cost several times a copy into memory
+    that is already mapped. The immediate copy runs in the training
     thread, which waits for it anyway, so it may use every core the process may
     run on (torch's intra-op threads, for the copy only): on two cores that cuts
     it by about a third. (Copying on a second Python thread while the training
@@ -84,37 +89,33 @@ class Snapshotter:
     """
 
     def __init__(self) -> None:
-        self.buffers: dict[str, torch.Tensor] = {}
-        self._keys: dict[str, tuple[Any, ...]] = {}
-        self._threads = copy_threads()
+        self.image: Files | None = None
+        self._threads = usable_cores(COPY_THREADS_MAX)
+
+    @property
+    def buffers(self) -> dict[str, torch.Tensor]:
+        return self.image.views if self.image is not None else {}
 
     def take(self, tensors: dict[str, torch.Tensor], late: frozenset[TensorKey] = frozenset()) -> Snapshot:
         """Copy `tensors` now, except CPU tensors whose key is in `late` (left to Snapshot.finish)."""
-        snap = Snapshot({})
-        on_gpu = False
-        buffers, keys = self.buffers, self._keys
+        on_gpu = any(t.is_cuda for t in tensors.values())
+        specs = tuple((name, t.shape, t.dtype) for name, t in tensors.items())
+        image = self.image
+        if image is None or image.specs != specs or image.pinned != on_gpu:
+            self.image = None  # the old one's memory goes before the new one is allocated
+            image = self.image = Files(specs, pin=on_gpu)
+        snap = Snapshot(image.views, image=image)
         with torch.no_grad(), _threads_at_least(self._threads):  # no_grad: copy_ records nothing
             for name, t in tensors.items():
-                cuda = t.is_cuda
-                shape_key = (t.shape, t.dtype, cuda)
-                buf = buffers.get(name)
-                if buf is None or keys.get(name) != shape_key:
-                    buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda)
-                    buffers[name], keys[name] = buf, shape_key
-                if cuda:
+                buf = image.views[name]
+                if t.is_cuda:
                     buf.copy_(t, non_blocking=True)
-                    on_gpu = True
                 elif late and key(t) in late:
                     snap.late.append((name, buf, t, t._version))
                 else:
                     buf.copy_(t)
-                snap.buffers[name] = buf
         if on_gpu:
             torch.cuda.synchronize()
-        if len(buffers) != len(snap.buffers):
-            for stale in set(buffers) - set(snap.buffers):
-                del buffers[stale]
-                keys.pop(stale, None)
         if not snap.late:
             snap.copied.set()
         return snap
@@ -172,15 +173,6 @@ class StepGuard:
 
 
 COPY_THREADS_MAX = 8  # memory bandwidth is saturated well before this
-
-
-def copy_threads() -> int:
-    """Threads for a snapshot copy: the cores this process may use, up to COPY_THREADS_MAX."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, COPY_THREADS_MAX))
 
 
 class _threads_at_least:

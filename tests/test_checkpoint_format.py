@@ -23,13 +23,17 @@ from sweepq.layout import CellPaths
 from sweepq.manifest import STATE, TENSORS, CheckpointCorrupt
 
 
-def commit(folder: Path, state: dict[str, Any], step: int = 1) -> checkpoint.Committed:
-    """As Run does: RNG and state captured in the training thread, the RNG encoded on the writer's side."""
+def commit(folder: Path, state: dict[str, Any], step: int = 1, image: bool = True) -> checkpoint.Committed:
+    """As Run does: RNG and state captured in the training thread, the RNG encoded on the writer's side.
+
+    image=False: the tensor file built from the tensors alone (buffered writes), not from the snapshot's image.
+    """
     rng = serialize.capture_rng()
     skeleton, tensors = serialize.flatten(state)
-    buffers = snapshot.Snapshotter().take(tensors).buffers
-    skeleton, buffers = serialize.with_rng(skeleton, buffers, rng)
-    return checkpoint.write_checkpoint(folder, step, skeleton, buffers, {"metrics": {"loss": 0.5}, "epoch": 1.0})
+    snap = snapshot.Snapshotter().take(tensors)
+    skeleton, buffers = serialize.with_rng(skeleton, snap.buffers, rng)
+    meta = {"metrics": {"loss": 0.5}, "epoch": 1.0}
+    return checkpoint.write_checkpoint(folder, step, skeleton, buffers, meta, snap.image if image else None)
 
 
 def test_rng_encoded_later_is_the_same_as_flattened_with_the_state() -> None:
@@ -84,9 +88,10 @@ def same(a: Any, b: Any) -> None:
         assert a == b and type(a) is type(b)
 
 
-def test_files_are_safetensors_the_library_reads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("image", [True, False])
+def test_files_are_safetensors_the_library_reads(tmp_path: Path, image: bool) -> None:
     state = odd_state()
-    c = commit(tmp_path, state)
+    c = commit(tmp_path, state, image=image)
     _, tensors = serialize.flatten(state)
     path = c.path / TENSORS
     by_library = load_file(str(path))
@@ -103,9 +108,10 @@ def test_files_are_safetensors_the_library_reads(tmp_path: Path) -> None:
         assert m["files"][name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def test_odd_states_round_trip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("image", [True, False])
+def test_odd_states_round_trip(tmp_path: Path, image: bool) -> None:
     state = odd_state()
-    c = commit(tmp_path, state)
+    c = commit(tmp_path, state, image=image)
     loaded = checkpoint.load(c.path)
     assert loaded.step == 1 and loaded.manifest["metrics"] == {"loss": 0.5}
     expected = {**state, "transposed": state["transposed"].contiguous()}

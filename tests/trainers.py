@@ -39,9 +39,9 @@ def train(cfg: dict[str, Any], run: sweepq.Run) -> dict[str, Any] | None:
     marker = _guard(run)
     if cfg.get("crash_at") and run.attempt == 1:
         # Test-only fault injection (see sweepq.manifest.crash_point), per cell.
-        from sweepq import checkpoint as ckpt_module, manifest as manifest_module
+        from sweepq import manifest as manifest_module
 
-        manifest_module.CRASH_AT = ckpt_module.CRASH_AT = cfg["crash_at"]
+        manifest_module.CRASH_AT = cfg["crash_at"]
         manifest_module._CRASH_AFTER = int(cfg.get("crash_after", 2))
     steps = int(cfg.get("steps", 50))
     delay = float(cfg.get("delay", 0.0))
