@@ -43,8 +43,6 @@ class Image:
     """One file's bytes, page-aligned, for a fixed set of tensors (name, shape, dtype)."""
 
     def __init__(self, specs: tuple[TensorSpec, ...], pin: bool = False) -> None:
-        self.specs = specs
-        self.pinned = pin
         entries, order, data_len = serialize.header_entries(specs)
         fixed = len(serialize.header_bytes(entries))
         self.header_len = round_up(fixed + HEADER_ROOM)
