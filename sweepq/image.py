@@ -32,7 +32,7 @@ from .serialize import TensorSpec
 
 ALIGN = 4096  # a page, and a multiple of every block size direct I/O asks for in practice
 HEADER_ROOM = 4096  # header bytes kept for the tensors added at write time
-SHARD_MIN = 8 << 20  # bytes per shard, at least: below this another file (its fsync) costs more than it saves
+SHARD_MIN = 4 << 20  # bytes per shard, at least: below this another file (its fsync) costs more than it saves
 
 
 def round_up(n: int, to: int = ALIGN) -> int:
