@@ -133,8 +133,8 @@ def _committed(path: Path, manifest: dict[str, Any], msha: str) -> Committed:
 def load(step_dir: Path) -> Loaded:
     """Verify and load one checkpoint; raises CheckpointCorrupt.
 
-    The tensors file is read into one buffer while it is hashed (chunk by
-    chunk, on the other core); the tensors are views into that buffer.
+    Each tensor file is read into one buffer while it is hashed (chunk by
+    chunk, on the other core); the tensors are views into those buffers.
     """
     m = read_manifest(step_dir)
     msha = hashlib.sha256((step_dir / MANIFEST_NAME).read_bytes()).hexdigest()

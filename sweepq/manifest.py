@@ -69,7 +69,7 @@ SMALL = 1 << 20
 _B = TypeVar("_B")
 
 
-class Hasher:
+class Lane:
     """One daemon thread that runs calls in submission order (hash updates of one file stay in order).
 
     Not a ThreadPoolExecutor: that one refuses work once the interpreter starts
@@ -77,9 +77,9 @@ class Hasher:
     in flight to be written.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
         self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name="sweepq-hash", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
@@ -99,30 +99,40 @@ class Hasher:
             del fut, fn, args  # drop references to the caller's buffers
 
 
-_hashers: tuple[int, list[Hasher]] | None = None
-_hasher_lock = threading.Lock()
+_lanes: tuple[int, dict[tuple[str, int], Lane]] | None = None
+_lane_lock = threading.Lock()
 
 
 def _after_fork_in_child() -> None:
-    global _hashers, _hasher_lock, _reaper_state
-    _hashers, _hasher_lock, _reaper_state = None, threading.Lock(), None
+    global _lanes, _lane_lock, _reaper_state
+    _lanes, _lane_lock, _reaper_state = None, threading.Lock(), None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def hasher(index: int = 0) -> Hasher:
-    """One of the process's hashing threads, started on first use (anew in a forked child)."""
-    global _hashers
-    current = _hashers
-    if current is None or current[0] != os.getpid() or len(current[1]) <= index:
-        with _hasher_lock:
-            if _hashers is None or _hashers[0] != os.getpid():
-                _hashers = (os.getpid(), [])
-            while len(_hashers[1]) <= index:
-                _hashers[1].append(Hasher())
-            current = _hashers
-    return current[1][index]
+def lane(kind: str, index: int = 0) -> Lane:
+    """The process's thread `index` for `kind` of work, started on first use (anew in a forked child)."""
+    global _lanes
+    current = _lanes
+    if current is None or current[0] != os.getpid() or (kind, index) not in current[1]:
+        with _lane_lock:
+            if _lanes is None or _lanes[0] != os.getpid():
+                _lanes = (os.getpid(), {})
+            if (kind, index) not in _lanes[1]:
+                _lanes[1][(kind, index)] = Lane(f"sweepq-{kind}-{index}")
+            current = _lanes
+    return current[1][(kind, index)]
+
+
+def hasher(index: int = 0) -> Lane:
+    """A thread that computes sha256s (one per file being written or read at once)."""
+    return lane("hash", index)
+
+
+def writer(index: int = 0) -> Lane:
+    """A thread that writes one file (diskio writes several files at once)."""
+    return lane("write", index)
 
 
 # Test-only fault injection: SWEEPQ_CRASH_AT=<point> kills this process with
@@ -395,7 +405,7 @@ _reaper_state: tuple[int, _Reaper] | None = None
 
 def _reaper() -> _Reaper:
     global _reaper_state
-    with _hasher_lock:
+    with _lane_lock:
         if _reaper_state is None or _reaper_state[0] != os.getpid():
             _reaper_state = (os.getpid(), _Reaper())
         return _reaper_state[1]

@@ -91,6 +91,27 @@ def test_any_parts_write_the_exact_bytes(tmp_path: Path) -> None:
         assert sha == hashlib.sha256(expected).hexdigest(), name
 
 
+def test_files_written_at_once_are_exact_and_all_finished_when_one_fails(tmp_path: Path) -> None:
+    """Several large files go to the disk on their own threads; an error in one surfaces only after the others end."""
+    rng = np.random.default_rng(1)
+    data = {f"f{i}": rng.integers(0, 256, diskio.DIRECT_MIN * 3 + i * 4097, dtype=np.uint8) for i in range(3)}
+    files = {name: [memoryview(a), memoryview(b"tail")] for name, a in data.items()} | {"small": [memoryview(b"s")]}
+    expected = {name: b"".join(bytes(p) for p in parts) for name, parts in files.items()}
+    (tmp_path / "ok").mkdir()
+    done = diskio.write_files(tmp_path / "ok", files)
+    for name, body in expected.items():
+        assert (tmp_path / "ok" / name).read_bytes() == body, name
+        assert done[name] == (hashlib.sha256(body).hexdigest(), len(body)), name
+    clash = tmp_path / "clash"
+    clash.mkdir()
+    (clash / "f0").write_bytes(b"already here")  # files are created exclusively: this write fails
+    with pytest.raises(FileExistsError):
+        diskio.write_all(clash, files)
+    assert (clash / "f0").read_bytes() == b"already here"
+    for name in ("f1", "f2", "small"):  # complete at once: no write was still running when the error came out
+        assert (clash / name).read_bytes() == expected[name], name
+
+
 def test_large_state_in_shards_round_trips_and_each_shard_is_verified(tmp_path: Path) -> None:
     torch.manual_seed(0)
     state = {f"layer{i}": torch.randn(50_000 + 1000 * i) for i in range(6)}
