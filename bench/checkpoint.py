@@ -779,8 +779,9 @@ def main() -> int:
         ap.error(f"unknown figure(s): {sorted(unknown)}")
 
     size = 160 * MB if args.full else 16 * MB
-    global SETTLE_IDLE_S
-    SETTLE_IDLE_S = 0.5 if args.full else 0.05
+    if not args.full:
+        global SETTLE_IDLE_S
+        SETTLE_IDLE_S = 0.05
     # End-to-end: the automatic cadence takes its first checkpoint after AUTO_FIRST
     # seconds and then at least every AUTO_MIN_INTERVAL. --full keeps the real
     # constants and runs loops of ~32 s (checkpoints near 10, 20 and maybe 30 s,
