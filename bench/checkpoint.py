@@ -35,15 +35,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import sweepq.run as run_mod
-from sweepq import checkpoint, diskio, manifest, serialize, snapshot
+import sweepq.execution.run as run_mod
 from sweepq.atomic import fsync_dir
-from sweepq.image import Files
+from sweepq.checkpoint import commit as checkpoint
+from sweepq.checkpoint import diskio, manifest, serialize, snapshot
+from sweepq.checkpoint.image import Files
+from sweepq.execution.run import AttemptSpec, Run
 from sweepq.layout import CellPaths
-from sweepq.reconcile import ReconcilePlan
-from sweepq.run import AttemptSpec, Run
-from sweepq.spec import CellSpec, CheckpointPolicy, Settings
-from sweepq.store import CheckpointState, Store
+from sweepq.queue.reconcile import ReconcilePlan
+from sweepq.queue.store import CheckpointState, Store
+from sweepq.spec.sweep import CellSpec, CheckpointPolicy, Settings
 
 MB = 1 << 20
 CELL = "1.1"
@@ -376,8 +377,14 @@ def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, 
             manifests.pop(s)
         with store.batch():  # as a worker records what its training process reported: one transaction
             store.record_checkpoint(
-                CELL, step, path=f"cells/{CELL}/{cell.relative(c.path)}", epoch=c.epoch, metrics=c.metrics,
-                manifest_sha256=c.manifest_sha256, attempt=1, size_bytes=c.size_bytes,
+                CELL,
+                step,
+                path=f"cells/{CELL}/{cell.relative(c.path)}",
+                epoch=c.epoch,
+                metrics=c.metrics,
+                manifest_sha256=c.manifest_sha256,
+                attempt=1,
+                size_bytes=c.size_bytes,
             )
             if drop:
                 store.set_checkpoint_state(CELL, drop, CheckpointState.SUPERSEDED, note="retention")
@@ -766,7 +773,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds per figure (at least 9)")
     ap.add_argument("--only", default=",".join(FIGURES), help="comma-separated subset of " + ",".join(FIGURES))
     ap.add_argument(
-        "--threads", type=int, default=1,
+        "--threads",
+        type=int,
+        default=1,
         help="torch intra-op threads (default 1: see bench/README.md; 0 keeps torch's default)",
     )
     ap.add_argument("--e2e-seconds", type=float, default=None, help="length of one end-to-end loop")

@@ -1,8 +1,8 @@
-"""Alembic environment: always driven from sweepq.db with a connection in attributes."""
+"""Alembic environment: always driven from sweepq.queue.db with a connection in attributes."""
 
 from alembic import context
 
-from sweepq.models import Base
+from sweepq.queue.models import Base
 
 config = context.config
 target_metadata = Base.metadata
@@ -11,7 +11,7 @@ target_metadata = Base.metadata
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is None:
-        raise RuntimeError("sweepq migrations run from sweepq.db.upgrade(), not from the alembic CLI")
+        raise RuntimeError("sweepq migrations run from sweepq.queue.db.upgrade(), not from the alembic CLI")
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

@@ -45,7 +45,7 @@ class RootPaths:
     def attic(self) -> Path:
         return self.root / "attic"
 
-    def cell(self, cell_id: str) -> "CellPaths":
+    def cell(self, cell_id: str) -> CellPaths:
         return CellPaths(self.root, cell_id)
 
 

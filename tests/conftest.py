@@ -21,9 +21,16 @@ REPO_ROOT = HERE.parent
 SWEEPQ = [sys.executable, "-m", "sweepq.cli"]
 
 
-def cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*SWEEPQ, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+        [*SWEEPQ, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 
@@ -35,7 +42,12 @@ def cli_json(*args: str, cwd: Path | None = None) -> Any:
 
 def start(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*SWEEPQ, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        [*SWEEPQ, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
     )
 
 
@@ -109,9 +121,9 @@ def env_with(**extra: str) -> dict[str, str]:
 
 def make_run(root: Path, cell: str = "1.1", **policy: Any) -> Any:
     """A Run as a training process gets it, on `root`: every step due unless `policy` says otherwise."""
-    from sweepq.records import AttemptSpec
-    from sweepq.run import Run
-    from sweepq.spec import CheckpointPolicy, Settings
+    from sweepq.execution.run import Run
+    from sweepq.queue.records import AttemptSpec
+    from sweepq.spec.sweep import CheckpointPolicy, Settings
 
     policy = {"every_steps": 1, "auto": False, "keep_last": 100, "keep_best": False, **policy}
     settings = Settings(name="s", form="grouped", spec_dir=".", train="m:f", checkpoint=CheckpointPolicy(**policy))

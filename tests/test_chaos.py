@@ -28,12 +28,17 @@ def small_bundled_sweep(folder: Path) -> Path:
     """The bundled sweep, made small: a few seconds per cell, several checkpoints each."""
     text = (REPO_ROOT / "sweeps" / "llm-analysis.yaml").read_text()
     text = text.replace("root: ../runs/llm-analysis", "root: runs/chaos")
-    text = text.replace("params: {epochs: 150, batch_size: 64, width: 32}",
-                        "params: {epochs: 8, batch_size: 64, n_train: 512, n_val: 256, width: 32, step_delay: 0.04}")
+    text = text.replace(
+        "params: {epochs: 150, batch_size: 64, width: 32}",
+        "params: {epochs: 8, batch_size: 64, n_train: 512, n_val: 256, width: 32, step_delay: 0.04}",
+    )
     text = text.replace("params: {epochs: 150}", "params: {epochs: 8}")
-    text = text.replace("checkpoint: {every_steps: 200, every_seconds: 30, keep_last: 3}",
-                        "checkpoint: {every_steps: 7, keep_last: 3}")
-    text = text.replace("retries: {lost: 3, oom: 1, nan: 2, error: 0}", "retries: {lost: 100, oom: 0, nan: 0, error: 0}")
+    text = text.replace(
+        "checkpoint: {every_steps: 200, every_seconds: 30, keep_last: 3}", "checkpoint: {every_steps: 7, keep_last: 3}"
+    )
+    text = text.replace(
+        "retries: {lost: 3, oom: 1, nan: 2, error: 0}", "retries: {lost: 100, oom: 0, nan: 0, error: 0}"
+    )
     assert "step_delay" in text and "lost: 100" in text and "every_steps: 7" in text
     return write(folder / "chaos.yaml", text)
 
@@ -63,11 +68,14 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
             launch = start("launch", str(chaos_spec), "--no-live", cwd=chaos_dir)
         # Strike while something trains (a launch may first wait for the previous
         # generation's graceful stop), at a random moment of its training.
-        wait_for(lambda: launch.poll() is not None or any(_is(p, "sweepq.attempt") for p in tree(launch.pid)),
-                 timeout=120, what="a training process")
+        wait_for(
+            lambda: launch.poll() is not None or any(_is(p, "sweepq.execution.attempt") for p in tree(launch.pid)),
+            timeout=120,
+            what="a training process",
+        )
         time.sleep(rng.uniform(0.2, 3.0))
         procs = tree(launch.pid)
-        runners = [p for p in procs if _is(p, "sweepq.attempt")]
+        runners = [p for p in procs if _is(p, "sweepq.execution.attempt")]
         workers = [p for p in procs if _is(p, " worker ")]
         victim_kind = rng.choice(["training", "training", "worker", "launch", "everything"])
         if victim_kind == "training" and runners:

@@ -18,9 +18,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as st_save
 
-from sweepq import checkpoint, manifest, serialize, snapshot
+from sweepq.checkpoint import commit as checkpoint
+from sweepq.checkpoint import manifest, serialize, snapshot
+from sweepq.checkpoint.manifest import STATE, TENSORS, CheckpointCorrupt
 from sweepq.layout import CellPaths
-from sweepq.manifest import STATE, TENSORS, CheckpointCorrupt
 
 
 def commit(folder: Path, state: dict[str, Any], step: int = 1, image: bool = True) -> checkpoint.Committed:
@@ -194,7 +195,12 @@ def test_reader_falls_back_to_the_previous_checkpoint(tmp_path: Path) -> None:
 
 
 def test_parse_reads_library_files_and_rejects_malformed_headers() -> None:
-    tensors = {"a": torch.randn(5).to(torch.bfloat16), "b": torch.randn(3, 3), "c": torch.arange(4), "e": torch.zeros(0)}
+    tensors = {
+        "a": torch.randn(5).to(torch.bfloat16),
+        "b": torch.randn(3, 3),
+        "c": torch.arange(4),
+        "e": torch.zeros(0),
+    }
     data = st_save(tensors)
     for source in (bytearray(data), np.frombuffer(bytearray(data), dtype=np.uint8)):
         parsed = serialize.load_safetensors(source)
@@ -202,8 +208,10 @@ def test_parse_reads_library_files_and_rejects_malformed_headers() -> None:
         for k, t in tensors.items():
             assert torch.equal(parsed[k], t)
     # an unaligned float32 (a file another tool wrote) is copied, not viewed
-    header = {"h": {"dtype": "F16", "shape": [1], "data_offsets": [0, 2]},
-              "f": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}
+    header = {
+        "h": {"dtype": "F16", "shape": [1], "data_offsets": [0, 2]},
+        "f": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]},
+    }
     parsed = serialize.load_safetensors(bytearray(_file(header, b"\x00\x3c" + struct.pack("<f", 1.5))))
     assert float(parsed["f"]) == 1.5 and float(parsed["h"]) == 1.0
 
@@ -214,8 +222,12 @@ def test_parse_reads_library_files_and_rejects_malformed_headers() -> None:
     bad({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})  # does not cover the data
     bad({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})  # size does not match the shape
     bad({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})  # a gap at the start
-    bad({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-         "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})  # overlap
+    bad(
+        {
+            "x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+            "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},
+        }
+    )  # overlap
     bad({"x": {"dtype": "Q7", "shape": [2], "data_offsets": [0, 8]}})  # unknown dtype
     bad({"x": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})
     bad([1, 2])
@@ -273,7 +285,9 @@ def test_a_write_in_flight_at_exit_completes(tmp_path: Path) -> None:
     script = f"""
 import atexit, time, torch
 from pathlib import Path
-from sweepq import checkpoint, serialize, snapshot
+from sweepq.checkpoint import commit as checkpoint
+from sweepq.checkpoint import serialize
+from sweepq.checkpoint import snapshot
 w = checkpoint.AsyncWriter()
 skeleton, tensors = serialize.flatten({{"w": torch.randn(1_000_000)}})
 buffers = snapshot.Snapshotter().take(tensors).buffers

@@ -85,7 +85,10 @@ def test_relaunch_of_a_done_sweep_adds_no_attempt(done_sweep: tuple[Path, Path])
         ("name: x\ntrain: trainers:train\ngroups: [\n", "line"),
         ("name: x\ntrain: trainers:train\ncolour: red\ngrid: {seed: [1]}\n", "colour"),
         ("name: x\ntrain: trainers:train\ngrid: {}\n", "grid"),
-        ("name: x\ntrain: trainers:train\ngroups:\n  - {name: a, grid: {s: [1]}}\n  - {name: a, grid: {s: [2]}}\n", "a"),
+        (
+            "name: x\ntrain: trainers:train\ngroups:\n  - {name: a, grid: {s: [1]}}\n  - {name: a, grid: {s: [2]}}\n",
+            "a",
+        ),
         ("name: x\ngrid: {seed: [1]}\n", "train"),
     ],
 )

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from sweepq.command import (
+from sweepq.errors import SpecError
+from sweepq.spec.command import (
     DEFAULT_COMMAND,
     args_json,
     check_command,
@@ -14,10 +15,17 @@ from sweepq.command import (
     flat_items,
     render_command,
 )
-from sweepq.errors import SpecError
-from sweepq.spec import Settings, parse_sweep
+from sweepq.spec.sweep import Settings, parse_sweep
 
-CFG = {"lr": 1e-05, "flag": True, "off": False, "none": None, "layers": [64, 32], "optim": {"name": "sgd", "beta": {"b1": 0.9}}, "tag": "a b"}
+CFG = {
+    "lr": 1e-05,
+    "flag": True,
+    "off": False,
+    "none": None,
+    "layers": [64, 32],
+    "optim": {"name": "sgd", "beta": {"b1": 0.9}},
+    "tag": "a b",
+}
 
 
 def settings(form: str = "wandb", command: list[str] | None = None, **extra) -> Settings:
@@ -60,7 +68,11 @@ def test_args_no_hyphens():
 
 
 def test_args_no_boolean_flags_keeps_true_as_bare_flag_and_drops_false():
-    assert render("wandb", "${args_no_boolean_flags}", cfg={"x": True, "y": False, "z": 0, "n": None}) == ["--n=None", "--x", "--z=0"]
+    assert render("wandb", "${args_no_boolean_flags}", cfg={"x": True, "y": False, "z": 0, "n": None}) == [
+        "--n=None",
+        "--x",
+        "--z=0",
+    ]
 
 
 def test_args_no_equals_gives_two_tokens_per_parameter():
@@ -86,7 +98,12 @@ def test_args_flat_flattens_nested_mappings_in_wandb_form():
 
 
 def test_interpreter_and_env_macros():
-    assert render("wandb", "${env}", "${interpreter}", "-u", "${program}") == ["/usr/bin/env", "python", "-u", "train.py"]
+    assert render("wandb", "${env}", "${interpreter}", "-u", "${program}") == [
+        "/usr/bin/env",
+        "python",
+        "-u",
+        "train.py",
+    ]
 
 
 def test_literal_tokens_pass_through_unchanged():
@@ -129,7 +146,12 @@ def test_grouped_args_json_is_nested():
 
 
 def test_grouped_custom_interpreter():
-    assert render("grouped", interpreter="python3.12", cfg={"a": 1}) == ["/usr/bin/env", "python3.12", "train.py", "--a=1"]
+    assert render("grouped", interpreter="python3.12", cfg={"a": 1}) == [
+        "/usr/bin/env",
+        "python3.12",
+        "train.py",
+        "--a=1",
+    ]
 
 
 def test_flat_items_keeps_empty_mappings_as_leaves():
@@ -144,7 +166,13 @@ def test_args_json_matches_json_of_cfg():
 
 
 def test_envvar_whole_token_and_inside_a_token():
-    argv = render("wandb", "${envvar:PY}", "--data=${envvar:DATA}/train:${envvar:DATA}", cfg={}, environ={"PY": "python3", "DATA": "/d"})
+    argv = render(
+        "wandb",
+        "${envvar:PY}",
+        "--data=${envvar:DATA}/train:${envvar:DATA}",
+        cfg={},
+        environ={"PY": "python3", "DATA": "/d"},
+    )
     assert argv == ["python3", "--data=/d/train:/d"]
 
 
@@ -197,7 +225,17 @@ def test_check_command_reports_position_and_problem(tokens, position, fragment):
     "tokens",
     [
         list(DEFAULT_COMMAND),
-        ["${env}", "${interpreter}", "${program}", "${args_no_hyphens}", "${args_no_boolean_flags}", "${args_json}", "${args_json_file}", "${args_flat}", "${args_no_equals}"],
+        [
+            "${env}",
+            "${interpreter}",
+            "${program}",
+            "${args_no_hyphens}",
+            "${args_no_boolean_flags}",
+            "${args_json}",
+            "${args_json_file}",
+            "${args_flat}",
+            "${args_no_equals}",
+        ],
         ["${envvar:HOME}", "--x=${envvar:A_1}", "plain", "$HOME", "{args}", "$args"],
     ],
 )

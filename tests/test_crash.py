@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import cli, cli_json, write
 
-from sweepq import manifest
+from sweepq.checkpoint import manifest
 from sweepq.layout import CellPaths
 
 SPEC = """
@@ -69,8 +69,12 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> dict:
         cell = CellPaths(root, f"1.{i}")
         committed = cell.committed_steps()
         verified = all(manifest.verify(cell.checkpoint(s)) for s in committed)
-        after_crash[point] = {"committed": committed, "verified": verified, "hidden": hidden(cell),
-                              "attempts": cli_json("show", cell.cell_id, "--root", str(root))["attempts"]}
+        after_crash[point] = {
+            "committed": committed,
+            "verified": verified,
+            "hidden": hidden(cell),
+            "attempts": cli_json("show", cell.cell_id, "--root", str(root))["attempts"],
+        }
     retried = cli("retry", "a", "--root", str(root))
     second = cli("launch", str(spec), cwd=d)
     return {"root": root, "first": first, "after_crash": after_crash, "retried": retried, "second": second}
@@ -104,7 +108,12 @@ def test_crash_at_every_point_of_a_checkpoint_write(crashed: dict, reference: di
 def test_corrupt_and_truncated_checkpoints_fall_back_and_are_reported(sweep_dir: Path, reference: dict) -> None:
     spec = write(sweep_dir / "crash.yaml", SPEC.replace("keep_last: 2", "keep_last: 4"))
     cell = CellPaths(sweep_dir / "runs" / "crash", "1.1")
-    write(spec, spec.read_text().replace("params: {steps: 30, seed: 4}", "params: {steps: 30, seed: 4, crash_at: after_commit, crash_after: 4}"))
+    write(
+        spec,
+        spec.read_text().replace(
+            "params: {steps: 30, seed: 4}", "params: {steps: 30, seed: 4, crash_at: after_commit, crash_after: 4}"
+        ),
+    )
     cli("launch", str(spec), "--no-live", cwd=sweep_dir)
     steps = cell.committed_steps()
     assert len(steps) >= 3
@@ -134,7 +143,12 @@ def test_corrupt_and_truncated_checkpoints_fall_back_and_are_reported(sweep_dir:
 def test_no_checkpoint_verifies_restarts_from_scratch_and_says_so(sweep_dir: Path, reference: dict) -> None:
     spec = write(sweep_dir / "crash.yaml", SPEC)
     cell = CellPaths(sweep_dir / "runs" / "crash", "1.1")
-    write(spec, spec.read_text().replace("params: {steps: 30, seed: 4}", "params: {steps: 30, seed: 4, crash_at: after_commit}"))
+    write(
+        spec,
+        spec.read_text().replace(
+            "params: {steps: 30, seed: 4}", "params: {steps: 30, seed: 4, crash_at: after_commit}"
+        ),
+    )
     cli("launch", str(spec), "--no-live", cwd=sweep_dir)
     for step in cell.committed_steps():
         (cell.checkpoint(step) / "manifest.json").write_text("{not json")
@@ -143,7 +157,8 @@ def test_no_checkpoint_verifies_restarts_from_scratch_and_says_so(sweep_dir: Pat
     shown = cli_json("show", "1.1", "--root", str(cell.root))
     assert shown["attempts"][-1]["start_step"] == 0
     assert "no checkpoint verified" in (shown["attempts"][-1]["note"] or "") or any(
-        e["kind"] == "restarted_from_scratch" for e in shown["history"])
+        e["kind"] == "restarted_from_scratch" for e in shown["history"]
+    )
     assert json.loads(cell.done.read_text())["metrics"] == reference["metrics"]
 
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_run
 from torch import nn
 
-from conftest import make_run
-from sweepq import serialize
+from sweepq.checkpoint import serialize
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

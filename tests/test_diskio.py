@@ -15,9 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sweepq import checkpoint, diskio, image, manifest, serialize, snapshot
+from sweepq.checkpoint import commit as checkpoint
+from sweepq.checkpoint import diskio, image, manifest, serialize, snapshot
+from sweepq.checkpoint.manifest import CheckpointCorrupt
 from sweepq.layout import CellPaths
-from sweepq.manifest import CheckpointCorrupt
 
 _libc = ctypes.CDLL(None, use_errno=True)
 

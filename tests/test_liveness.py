@@ -24,7 +24,7 @@ groups:
 def attempt_process(launch_pid: int) -> tuple[psutil.Process, psutil.Process]:
     """(worker, training process) under a launch."""
     procs = tree(launch_pid)
-    runner = next(p for p in procs if "sweepq.attempt" in " ".join(p.cmdline()))
+    runner = next(p for p in procs if "sweepq.execution.attempt" in " ".join(p.cmdline()))
     return runner.parent(), runner
 
 
@@ -32,10 +32,14 @@ def test_killed_worker_leaves_training_process_to_finish_and_no_second_writer(sw
     spec = write(sweep_dir / "live.yaml", SPEC)
     root = sweep_dir / "runs" / "live"
     a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
-    wait_for(lambda: len(tree(a.pid)) >= 3 and any("sweepq.attempt" in " ".join(p.cmdline()) for p in tree(a.pid)),
-             what="training process started")
-    wait_for(lambda: (root / "cells/1.1/checkpoints").exists() and any((root / "cells/1.1/checkpoints").iterdir()),
-             what="a first checkpoint")
+    wait_for(
+        lambda: len(tree(a.pid)) >= 3 and any("sweepq.execution.attempt" in " ".join(p.cmdline()) for p in tree(a.pid)),
+        what="training process started",
+    )
+    wait_for(
+        lambda: (root / "cells/1.1/checkpoints").exists() and any((root / "cells/1.1/checkpoints").iterdir()),
+        what="a first checkpoint",
+    )
     worker, runner = attempt_process(a.pid)
     worker.send_signal(signal.SIGKILL)
     a.send_signal(signal.SIGKILL)
@@ -59,8 +63,13 @@ def test_killed_training_process_is_lost_and_resumes_from_checkpoint(sweep_dir: 
     spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0"))
     root = sweep_dir / "runs" / "live"
     a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
-    wait_for(lambda: (root / "cells/1.1/checkpoints").exists() and len(list((root / "cells/1.1/checkpoints").glob("step-*"))) >= 2,
-             what="two checkpoints")
+    wait_for(
+        lambda: (
+            (root / "cells/1.1/checkpoints").exists()
+            and len(list((root / "cells/1.1/checkpoints").glob("step-*"))) >= 2
+        ),
+        what="two checkpoints",
+    )
     _, runner = attempt_process(a.pid)
     runner.send_signal(signal.SIGKILL)
     out, _ = a.communicate(timeout=300)
@@ -75,10 +84,15 @@ def test_killed_training_process_is_lost_and_resumes_from_checkpoint(sweep_dir: 
 
 
 def test_sigterm_to_every_process_preempts_with_receipts_and_zero_lost_steps(sweep_dir: Path) -> None:
-    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0").replace("seed: [1]", "seed: [1, 2]"))
+    spec = write(
+        sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0").replace("seed: [1]", "seed: [1, 2]")
+    )
     root = sweep_dir / "runs" / "live"
     a = start("launch", str(spec), "--workers", "2", cwd=sweep_dir)
-    wait_for(lambda: sum("sweepq.attempt" in " ".join(p.cmdline()) for p in tree(a.pid)) == 2, what="two cells running")
+    wait_for(
+        lambda: sum("sweepq.execution.attempt" in " ".join(p.cmdline()) for p in tree(a.pid)) == 2,
+        what="two cells running",
+    )
     time.sleep(1.0)
     for p in tree(a.pid):  # like `pkill -TERM -f sweepq`
         p.send_signal(signal.SIGTERM)
@@ -102,8 +116,14 @@ def test_resume_under_changed_code_or_data_warns_and_records_it(sweep_dir: Path)
     spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0") + "data: [data.txt]\n")
     root = sweep_dir / "runs" / "live"
     a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
-    wait_for(lambda: len(list((root / "cells/1.1/checkpoints").glob("step-*"))) >= 1 if (root / "cells/1.1/checkpoints").exists() else False,
-             what="a checkpoint")
+    wait_for(
+        lambda: (
+            len(list((root / "cells/1.1/checkpoints").glob("step-*"))) >= 1
+            if (root / "cells/1.1/checkpoints").exists()
+            else False
+        ),
+        what="a checkpoint",
+    )
     a.send_signal(signal.SIGTERM)
     a.communicate(timeout=120)
     trainers = sweep_dir / "trainers.py"
@@ -126,8 +146,10 @@ def test_cancel_of_a_running_cell_preempts_it_first(sweep_dir: Path) -> None:
     spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0"))
     root = sweep_dir / "runs" / "live"
     a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
-    wait_for(lambda: (root / "cells/1.1/checkpoints").exists() and any((root / "cells/1.1/checkpoints").glob("step-*")),
-             what="a checkpoint")
+    wait_for(
+        lambda: (root / "cells/1.1/checkpoints").exists() and any((root / "cells/1.1/checkpoints").glob("step-*")),
+        what="a checkpoint",
+    )
     r = cli("cancel", "1.1", "--root", str(root))
     assert r.returncode == 0 and "asked the workers of 1.1" in r.stdout
     out, _ = a.communicate(timeout=120)

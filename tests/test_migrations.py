@@ -11,9 +11,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from sweepq import db
-from sweepq.models import Base
-from sweepq.store import Store
+from sweepq.queue import db
+from sweepq.queue.models import Base
+from sweepq.queue.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,8 +40,9 @@ def test_read_commands_refuse_an_unmigrated_database(tmp_path: Path) -> None:
     with engine.begin() as conn:
         conn.exec_driver_sql("create table t (x int)")
     engine.dispose()
-    r = subprocess.run([sys.executable, "-m", "sweepq.cli", "status", "--root", str(root)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "sweepq.cli", "status", "--root", str(root)], capture_output=True, text=True
+    )
     assert r.returncode == 2 and "schema revision None" in r.stderr
     assert db.current_revision(db.make_engine(root / "sweepq.db")) is None  # status did not migrate
 
@@ -51,17 +52,19 @@ def test_installed_wheel_creates_a_root_without_the_source_tree(tmp_path: Path) 
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(REPO)],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     (wheel,) = dist.glob("sweepq-*.whl")
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     assert (target / "sweepq" / "migrations" / "versions" / "0001_initial.py").exists()
     code = (
-        "import sweepq, sweepq.db as d; from pathlib import Path; from sweepq.store import Store;"
+        "import sweepq, sweepq.queue.db as d; from pathlib import Path; from sweepq.queue.store import Store;"
         "s = Store.open(Path('root'), create=True);"
         "print(sweepq.__file__); print(d.migrations_dir()); print(d.current_revision(s.engine))"
     )

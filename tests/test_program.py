@@ -42,20 +42,21 @@ def prog_dir(tmp_path: Path) -> Path:
 
 
 def program_pid(launch_pid: int, script: str) -> psutil.Process | None:
-    """The user's program (a child of a `sweepq.attempt` process) running `script`."""
+    """The user's program (a child of a `sweepq.execution.attempt` process) running `script`."""
     for p in tree(launch_pid):
         try:
             cmd = p.cmdline()
         except psutil.Error:
             continue
-        if any(c.endswith(script) for c in cmd) and "sweepq.attempt" in " ".join(p.parent().cmdline()):
+        if any(c.endswith(script) for c in cmd) and "sweepq.execution.attempt" in " ".join(p.parent().cmdline()):
             return p
     return None
 
 
 def committed_steps(cell_dir: Path) -> list[int]:
-    return sorted(int(p.name.split("-")[1]) for p in (cell_dir / "checkpoints").glob("step-*")
-                  if (p / "manifest.json").exists())
+    return sorted(
+        int(p.name.split("-")[1]) for p in (cell_dir / "checkpoints").glob("step-*") if (p / "manifest.json").exists()
+    )
 
 
 def log(root: Path, cell: str, attempt: int, stream: str = "stdout") -> str:
@@ -76,7 +77,9 @@ def test_cooperating_program_killed_twice_resumes_exactly(prog_dir: Path) -> Non
     committed checkpoint, and the final weights equal an uninterrupted run's."""
     reference = subprocess.Popen(  # the same program on its own, never interrupted
         [sys.executable, "coop.py", "--steps=150", "--lr=0.05", "--seed=7"],
-        cwd=prog_dir, stdout=subprocess.PIPE, text=True,
+        cwd=prog_dir,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     spec = write(prog_dir / "coop.yaml", COOP)
     root = prog_dir / "runs" / "coop"
@@ -94,10 +97,14 @@ def test_cooperating_program_killed_twice_resumes_exactly(prog_dir: Path) -> Non
     # 2. During the second attempt, SIGKILL every process of the launch at once (a reboot).
     # (The worker writes progress to the database once a second: wait until it knows where the
     # second attempt started, or a kill right after the resume leaves its start_step unknown.)
-    wait_for(lambda: (cell / "attempts" / "2" / "stdout.log").exists()
-             and "resumed from step" in log(root, "1.1", 2), what="second attempt resumed")
-    wait_for(lambda: cli_json("show", "1.1", "--root", str(root))["attempts"][1]["start_step"],
-             what="the database knows the second attempt's start step")
+    wait_for(
+        lambda: (cell / "attempts" / "2" / "stdout.log").exists() and "resumed from step" in log(root, "1.1", 2),
+        what="second attempt resumed",
+    )
+    wait_for(
+        lambda: cli_json("show", "1.1", "--root", str(root))["attempts"][1]["start_step"],
+        what="the database knows the second attempt's start step",
+    )
     wait_for(lambda: committed_steps(cell)[-1] >= at_first_kill + 20, what="progress in the second attempt")
     wait_gone(kill_tree(a.pid))
     at_second_kill = committed_steps(cell)[-1]
@@ -183,8 +190,14 @@ def test_plain_program_preempted_retried_and_resumed_by_its_own_files(prog_dir: 
         return f.exists() and text in f.read_text()
 
     # Files only while waiting (a CLI call per poll would slow everything down on two cores).
-    wait_for(lambda: (root / "cells" / "2.1" / "DONE.json").exists() and said("1.1", 1, "starting at step")
-             and said("3.1", 1, "starting at step"), what="the flaky cell done and the other two running")
+    wait_for(
+        lambda: (
+            (root / "cells" / "2.1" / "DONE.json").exists()
+            and said("1.1", 1, "starting at step")
+            and said("3.1", 1, "starting at step")
+        ),
+        what="the flaky cell done and the other two running",
+    )
     a.send_signal(signal.SIGTERM)  # preemption: the launch passes it on, down to the programs
     out, _ = a.communicate(timeout=120)
     assert a.returncode == 130, out
@@ -227,15 +240,28 @@ def test_bundled_wandb_grid_plans_and_launches(tmp_path: Path) -> None:
     assert [c["cell"] for c in planned] == ["1.1", "1.2", "1.3", "1.4"]
     assert planned[1]["cfg"] == {"epochs": 20, "hidden": 32, "lr": 0.03, "optimizer": {"momentum": 0.9, "name": "sgd"}}
     assert planned[1]["command"] == [
-        "/usr/bin/env", "python", "wandb_train.py", "--epochs=20", "--hidden=32", "--lr=0.03",
+        "/usr/bin/env",
+        "python",
+        "wandb_train.py",
+        "--epochs=20",
+        "--hidden=32",
+        "--lr=0.03",
         "--optimizer={'momentum': 0.9, 'name': 'sgd'}",
     ]
     root = tmp_path / "wandb-grid"
     # The same script on its own (no sweepq at run time) must give the same result as its cell.
     alone = subprocess.Popen(
-        [sys.executable, "wandb_train.py", "--epochs=20", "--hidden=32", "--lr=0.03",
-         "--optimizer={'momentum': 0.9, 'name': 'sgd'}"],
-        cwd=REPO / "sweeps", stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "wandb_train.py",
+            "--epochs=20",
+            "--hidden=32",
+            "--lr=0.03",
+            "--optimizer={'momentum': 0.9, 'name': 'sgd'}",
+        ],
+        cwd=REPO / "sweeps",
+        stdout=subprocess.PIPE,
+        text=True,
     )
     r = cli("launch", str(spec), "--root", str(root), "--no-live")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -277,7 +303,7 @@ def test_bundled_wandb_grid_plans_and_launches(tmp_path: Path) -> None:
 def test_exit_status_and_outcome_file_classification(
     code: int, report: dict[str, Any] | None, stopped: bool, reason: str, note: str | None
 ) -> None:
-    from sweepq.program import classify_exit
+    from sweepq.execution.program import classify_exit
 
     o = classify_exit(code, report, stopped=stopped)
     assert o.reason == reason
@@ -291,7 +317,7 @@ def test_exit_status_and_outcome_file_classification(
 
 
 def test_sigkill_sent_by_sweepq_after_the_grace_period_is_a_preemption() -> None:
-    from sweepq.program import classify_exit
+    from sweepq.execution.program import classify_exit
 
     o = classify_exit(-9, {"reason": "completed"}, stopped=True, killed_by_us=True)
     assert o.reason == "preempted" and "did not stop within" in o.note
@@ -300,10 +326,17 @@ def test_sigkill_sent_by_sweepq_after_the_grace_period_is_a_preemption() -> None
 def test_commands_are_printed_for_people_and_split_back_by_a_shell() -> None:
     import shlex
 
-    from sweepq.program import shell_join
+    from sweepq.execution.program import shell_join
 
-    argv = ["/usr/bin/env", "python", "train.py", "--optimizer={'momentum': 0.9, 'name': 'sgd'}", "--s=a b",
-            "--q=it's $HOME", ""]
+    argv = [
+        "/usr/bin/env",
+        "python",
+        "train.py",
+        "--optimizer={'momentum': 0.9, 'name': 'sgd'}",
+        "--s=a b",
+        "--q=it's $HOME",
+        "",
+    ]
     line = shell_join(argv)
     assert "\"--optimizer={'momentum': 0.9, 'name': 'sgd'}\"" in line
     assert shlex.split(line) == argv

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import cli, cli_json, write
 
-from sweepq.fingerprint import file_sha256
+from sweepq.execution.fingerprint import file_sha256
 
 SPEC = """
 name: reasons
@@ -45,7 +45,9 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     spec = write(d / "reasons.yaml", SPEC)
     r = cli("launch", str(spec), "--workers", "2", cwd=d, timeout=400)
     root = d / "runs" / "reasons"
-    shows = {c["cell"]: cli_json("show", c["cell"], "--root", str(root)) for c in cli_json("status", "--root", str(root))}
+    shows = {
+        c["cell"]: cli_json("show", c["cell"], "--root", str(root)) for c in cli_json("status", "--root", str(root))
+    }
     return root, {"launch": r, "show": shows, "dir": d}
 
 
@@ -76,7 +78,9 @@ def test_receipt_fields(swept: tuple[Path, dict]) -> None:
     _, s = swept
     (a,) = s["show"]["6.1"]["attempts"]
     assert a["reason"] == "completed" and a["start_step"] == 0 and a["end_step"] == 40
-    assert a["host"] and a["worker"].startswith(a["host"]) and a["pid"] and a["worker_pid"] and a["pid"] != a["worker_pid"]
+    assert (
+        a["host"] and a["worker"].startswith(a["host"]) and a["pid"] and a["worker_pid"] and a["pid"] != a["worker_pid"]
+    )
     assert a["gpus"] == [] and a["gpu_seconds"] == 0.0 and a["wall_seconds"] > 0
     assert 30 * 2**20 < a["peak_memory_bytes"] < 8 * 2**30
     assert {"python", "torch", "sweepq"} <= set(a["environment"])
@@ -153,4 +157,6 @@ def test_retry_gives_a_fresh_budget_and_reset_moves_files_aside(swept: tuple[Pat
     r = cli("cancel", "2.*", "--root", str(root))
     assert r.returncode == 0 and "cancelled: 2.1" in r.stdout
     best = cli_json("best", "--root", str(root))
-    assert best[0]["rank"] == 1 and best[0]["cell"] == "6.1" and best[0]["checkpoint"].startswith("cells/6.1/checkpoints/")
+    assert (
+        best[0]["rank"] == 1 and best[0]["cell"] == "6.1" and best[0]["checkpoint"].startswith("cells/6.1/checkpoints/")
+    )

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_run
 from torch import nn
 
-from conftest import make_run
-from sweepq import checkpoint, serialize, snapshot
+from sweepq.checkpoint import commit as checkpoint
+from sweepq.checkpoint import serialize, snapshot
 from sweepq.layout import CellPaths
 
 LATE_COPY_DELAY = 0.2  # far longer than a step of the model below, even on a loaded machine

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sweepq.errors import SpecError, UsageError
-from sweepq.spec import (
+from sweepq.spec.sweep import (
     DEFAULT_RETRIES,
     CellSpec,
     Settings,
@@ -208,8 +208,15 @@ def test_checkpoint_defaults_are_auto():
 
 
 def test_checkpoint_with_one_cadence_is_not_auto():
-    checkpoint = parse("train: m:f\ncheckpoint: {every_seconds: 2.5, keep_last: 1, keep_best: false}\ngrid: {a: [1]}\n").settings.checkpoint
-    assert (checkpoint.auto, checkpoint.every_seconds, checkpoint.keep_last, checkpoint.keep_best) == (False, 2.5, 1, False)
+    checkpoint = parse(
+        "train: m:f\ncheckpoint: {every_seconds: 2.5, keep_last: 1, keep_best: false}\ngrid: {a: [1]}\n"
+    ).settings.checkpoint
+    assert (checkpoint.auto, checkpoint.every_seconds, checkpoint.keep_last, checkpoint.keep_best) == (
+        False,
+        2.5,
+        1,
+        False,
+    )
 
 
 def test_checkpoint_overlap_can_be_turned_off_and_survives_the_database_round_trip():
@@ -229,7 +236,9 @@ def test_metric_goal_defaults_to_max():
 
 
 def test_retries_keep_defaults_for_unwritten_reasons_and_read_backoff():
-    retries = parse("train: m:f\nretries: {nan: 0, timeout: 4, backoff_seconds: 0, backoff_max_seconds: 90}\ngrid: {a: [1]}\n").settings.retries
+    retries = parse(
+        "train: m:f\nretries: {nan: 0, timeout: 4, backoff_seconds: 0, backoff_max_seconds: 90}\ngrid: {a: [1]}\n"
+    ).settings.retries
     assert retries.budgets == {**DEFAULT_RETRIES, "nan": 0, "timeout": 4}
     assert (retries.backoff_seconds, retries.backoff_max_seconds) == (0, 90)
 
@@ -307,47 +316,110 @@ ERRORS = {
     ),
     "groups and grid": ("train: m:f\ngrid: {a: [1]}\ngroups: [{name: a}]\n", ["grid:", "groups:", "together"]),
     "empty groups": ("train: m:f\ngroups: []\n", ["sweep.yaml: groups: expected a non-empty list", "name: baseline"]),
-    "groups is a mapping": ("train: m:f\ngroups: {a: 1}\n", ["groups: expected a non-empty list of groups, got the mapping"]),
+    "groups is a mapping": (
+        "train: m:f\ngroups: {a: 1}\n",
+        ["groups: expected a non-empty list of groups, got the mapping"],
+    ),
     "group not a mapping": ("train: m:f\ngroups: [adamw]\n", ["groups[1]: expected a mapping, got the string 'adamw'"]),
-    "group unknown key": ("train: m:f\ngroups: [{name: a, grids: {}}]\n", ["groups[1].grids: unknown key 'grids' in groups[1]", "Known keys: name, description, params, grid"]),
+    "group unknown key": (
+        "train: m:f\ngroups: [{name: a, grids: {}}]\n",
+        ["groups[1].grids: unknown key 'grids' in groups[1]", "Known keys: name, description, params, grid"],
+    ),
     "duplicate group names": (
         "train: m:f\ngroups: [{name: a}, {name: b}, {name: a}]\n",
         ["sweep.yaml: groups[3].name: the group name 'a' is already used by groups[1]"],
     ),
-    "id-like group name": ("train: m:f\ngroups: [{name: '2.3'}]\n", ["groups[1].name: '2.3' is not a valid group name", "cell id"]),
+    "id-like group name": (
+        "train: m:f\ngroups: [{name: '2.3'}]\n",
+        ["groups[1].name: '2.3' is not a valid group name", "cell id"],
+    ),
     "pattern group name": ("train: m:f\ngroups: [{name: 'q*'}]\n", ["'q*' is not a valid group name"]),
-    "numeric group name": ("train: m:f\ngroups: [{name: 7}]\n", ["groups[1].name: expected a string, got the number 7"]),
+    "numeric group name": (
+        "train: m:f\ngroups: [{name: 7}]\n",
+        ["groups[1].name: expected a string, got the number 7"],
+    ),
     "group without name": ("train: m:f\ngroups: [{grid: {a: [1]}}]\n", ["groups[1]: has no `name:`"]),
-    "scalar instead of list": ("train: m:f\ngrid: {lr: 0.1}\n", ["sweep.yaml: grid.lr: expected a list of values, got the number 0.1", "lr: [0.1]"]),
+    "scalar instead of list": (
+        "train: m:f\ngrid: {lr: 0.1}\n",
+        ["sweep.yaml: grid.lr: expected a list of values, got the number 0.1", "lr: [0.1]"],
+    ),
     "scalar in a group grid": (
         "train: m:f\ngroups: [{name: a}, {name: b, grid: {lr: [1], wd: x}}]\n",
         ["sweep.yaml: groups[2].grid.wd: expected a list of values, got the string 'x'", "wd: ['x']"],
     ),
-    "mapping in grid": ("train: m:f\ngrid: {optim: {lr: [1, 2]}}\n", ["grid.optim: a grid value list is needed here, not a mapping", "optim.name"]),
+    "mapping in grid": (
+        "train: m:f\ngrid: {optim: {lr: [1, 2]}}\n",
+        ["grid.optim: a grid value list is needed here, not a mapping", "optim.name"],
+    ),
     "empty value list": ("train: m:f\ngrid: {lr: []}\n", ["grid.lr: is an empty list, which gives no cells"]),
-    "empty grid": ("train: m:f\ngroups: [{name: a, grid: {}}]\n", ["groups[1].grid: expected a mapping of parameters", "leave `grid:` out"]),
-    "repeated grid value": ("train: m:f\ngrid: {lr: [0.1, 0.2, 0.1]}\n", ["grid.lr: value 3 (0.1) repeats value 1 (0.1)", "Remove the repeat"]),
+    "empty grid": (
+        "train: m:f\ngroups: [{name: a, grid: {}}]\n",
+        ["groups[1].grid: expected a mapping of parameters", "leave `grid:` out"],
+    ),
+    "repeated grid value": (
+        "train: m:f\ngrid: {lr: [0.1, 0.2, 0.1]}\n",
+        ["grid.lr: value 3 (0.1) repeats value 1 (0.1)", "Remove the repeat"],
+    ),
     "1 and 1.0 repeat": ("train: m:f\ngrid: {n: [1, 1.0]}\n", ["grid.n: value 2 (1.0) repeats value 1 (1)"]),
     "repeated opaque value": ("train: m:f\ngrid: {l: [[1, 2], [1, 2]]}\n", ["value 2 ([1, 2]) repeats value 1"]),
-    "both train and program": ("train: m:f\nprogram: t.py\ngrid: {a: [1]}\n", ["sweep.yaml: train: both `train:` and `program:`"]),
-    "neither train nor program": ("grid: {a: [1]}\n", ["sweep.yaml: neither `train:` nor `program:`", "train: mypackage.module:train"]),
+    "both train and program": (
+        "train: m:f\nprogram: t.py\ngrid: {a: [1]}\n",
+        ["sweep.yaml: train: both `train:` and `program:`"],
+    ),
+    "neither train nor program": (
+        "grid: {a: [1]}\n",
+        ["sweep.yaml: neither `train:` nor `program:`", "train: mypackage.module:train"],
+    ),
     "train not a string": ("train: [m, f]\ngrid: {a: [1]}\n", ["train: expected a string, got the list"]),
-    "train without colon": ("train: pkg.mod.train\ngrid: {a: [1]}\n", ["train: 'pkg.mod.train' is not an entry point", "mypackage.module:function"]),
+    "train without colon": (
+        "train: pkg.mod.train\ngrid: {a: [1]}\n",
+        ["train: 'pkg.mod.train' is not an entry point", "mypackage.module:function"],
+    ),
     "train with two colons": ("train: 'a:b:c'\ngrid: {a: [1]}\n", ["'a:b:c' is not an entry point"]),
-    "program not a string": ("program: 3\ngrid: {a: [1]}\n", ["sweep.yaml: program: expected a string, got the number 3", 'program: "3"']),
-    "name not a string": ("name: [a]\ntrain: m:f\ngrid: {a: [1]}\n", ["sweep.yaml: name: expected a string, got the list"]),
-    "command with train": ("train: m:f\ncommand: [x]\ngrid: {a: [1]}\n", ["command: `command:` only applies to `program:` sweeps"]),
-    "command not a list": ("program: t.py\ncommand: python t.py\ngrid: {a: [1]}\n", ["command: expected a list of tokens"]),
-    "command token not a string": ("program: t.py\ncommand: [python, 3]\ngrid: {a: [1]}\n", ["command: token 2 is the number 3, not a string"]),
-    "unknown macro": ("program: t.py\ncommand: ['${python}', '${args}']\ngrid: {a: [1]}\n", ["command: token 1: unknown macro ${python}", "${interpreter}"]),
-    "macro inside token": ("program: t.py\ncommand: [python, '--cfg=${args_json}']\ngrid: {a: [1]}\n", ["token 2: the macro ${args_json} is inside the longer token", "own"]),
+    "program not a string": (
+        "program: 3\ngrid: {a: [1]}\n",
+        ["sweep.yaml: program: expected a string, got the number 3", 'program: "3"'],
+    ),
+    "name not a string": (
+        "name: [a]\ntrain: m:f\ngrid: {a: [1]}\n",
+        ["sweep.yaml: name: expected a string, got the list"],
+    ),
+    "command with train": (
+        "train: m:f\ncommand: [x]\ngrid: {a: [1]}\n",
+        ["command: `command:` only applies to `program:` sweeps"],
+    ),
+    "command not a list": (
+        "program: t.py\ncommand: python t.py\ngrid: {a: [1]}\n",
+        ["command: expected a list of tokens"],
+    ),
+    "command token not a string": (
+        "program: t.py\ncommand: [python, 3]\ngrid: {a: [1]}\n",
+        ["command: token 2 is the number 3, not a string"],
+    ),
+    "unknown macro": (
+        "program: t.py\ncommand: ['${python}', '${args}']\ngrid: {a: [1]}\n",
+        ["command: token 1: unknown macro ${python}", "${interpreter}"],
+    ),
+    "macro inside token": (
+        "program: t.py\ncommand: [python, '--cfg=${args_json}']\ngrid: {a: [1]}\n",
+        ["token 2: the macro ${args_json} is inside the longer token", "own"],
+    ),
     "more cells than max_cells": (
         "train: m:f\nmax_cells: 5\ngroups: [{name: a, grid: {x: [1, 2, 3]}}, {name: b, grid: {x: [1, 2], y: [1, 2]}}]\n",
         ["sweep.yaml: max_cells: the sweep expands to 7 cells (a: 3, b: 4), more than max_cells (5)", "max_cells: 7"],
     ),
-    "default max_cells": ("train: m:f\ngrid: {a: " + str(list(range(101))) + ", b: " + str(list(range(100))) + "}\n", ["10,100 cells", "max_cells (10,000)"]),
-    "max_cells zero": ("train: m:f\nmax_cells: 0\ngrid: {a: [1]}\n", ["max_cells: expected a whole number of at least 1, got the number 0"]),
-    "prefix in one grid": ("train: m:f\ngrid: {optim: [sgd], optim.lr: [0.1]}\n", ["grid.optim.lr: conflicts with grid.optim"]),
+    "default max_cells": (
+        "train: m:f\ngrid: {a: " + str(list(range(101))) + ", b: " + str(list(range(100))) + "}\n",
+        ["10,100 cells", "max_cells (10,000)"],
+    ),
+    "max_cells zero": (
+        "train: m:f\nmax_cells: 0\ngrid: {a: [1]}\n",
+        ["max_cells: expected a whole number of at least 1, got the number 0"],
+    ),
+    "prefix in one grid": (
+        "train: m:f\ngrid: {optim: [sgd], optim.lr: [0.1]}\n",
+        ["grid.optim.lr: conflicts with grid.optim"],
+    ),
     "grid under a params value": (
         "train: m:f\nparams: {optim: 3}\ngroups: [{name: a, grid: {optim.lr: [0.1]}}]\n",
         ["sweep.yaml: groups[1].grid.optim.lr: conflicts with params.optim", "both a value and a mapping"],
@@ -360,36 +432,108 @@ ERRORS = {
         "train: m:f\nparams: {optim: sgd}\ngroups: [{name: a, params: {optim: {lr: 1}}}]\n",
         ["groups[1].params.optim.lr: conflicts with params.optim"],
     ),
-    "prefix inside params": ("train: m:f\nparams: {optim: 3, optim.lr: 1}\ngrid: {a: [1]}\n", ["params.optim.lr: conflicts with params.optim"]),
-    "same path twice in params": ("train: m:f\nparams: {optim: {lr: 1}, optim.lr: 2}\ngrid: {a: [1]}\n", ["params.optim.lr: sets the same parameter as params.optim.lr"]),
+    "prefix inside params": (
+        "train: m:f\nparams: {optim: 3, optim.lr: 1}\ngrid: {a: [1]}\n",
+        ["params.optim.lr: conflicts with params.optim"],
+    ),
+    "same path twice in params": (
+        "train: m:f\nparams: {optim: {lr: 1}, optim.lr: 2}\ngrid: {a: [1]}\n",
+        ["params.optim.lr: sets the same parameter as params.optim.lr"],
+    ),
     "group params and grid": (
         "train: m:f\ngroups: [{name: a, params: {lr: 1}, grid: {lr: [1, 2]}}]\n",
         ["sweep.yaml: groups[1].grid.lr: is also set in groups[1].params.lr"],
     ),
-    "top-level params and grid": ("train: m:f\nparams: {lr: 1}\ngrid: {lr: [1, 2]}\n", ["grid.lr: is also set in params.lr"]),
-    "empty dotted part": ("train: m:f\ngrid: {optim..lr: [1]}\n", ["grid.optim..lr: has an empty part in its dotted path"]),
-    "date value": ("train: m:f\ngrid: {day: [2024-01-01]}\n", ["grid.day: YAML read datetime.date(2024, 1, 1) as a date", "'2024-01-01'"]),
-    "non-string key in a value": ("train: m:f\ngrid: {m: [{1: a}]}\n", ["grid.m: the key 1 inside the mapping", "is not a string", "Quote the key"]),
-    "non-string nested params key": ("train: m:f\nparams: {m: {1: a}}\ngrid: {a: [1]}\n", ["params.m: the key 1 is not a parameter name"]),
+    "top-level params and grid": (
+        "train: m:f\nparams: {lr: 1}\ngrid: {lr: [1, 2]}\n",
+        ["grid.lr: is also set in params.lr"],
+    ),
+    "empty dotted part": (
+        "train: m:f\ngrid: {optim..lr: [1]}\n",
+        ["grid.optim..lr: has an empty part in its dotted path"],
+    ),
+    "date value": (
+        "train: m:f\ngrid: {day: [2024-01-01]}\n",
+        ["grid.day: YAML read datetime.date(2024, 1, 1) as a date", "'2024-01-01'"],
+    ),
+    "non-string key in a value": (
+        "train: m:f\ngrid: {m: [{1: a}]}\n",
+        ["grid.m: the key 1 inside the mapping", "is not a string", "Quote the key"],
+    ),
+    "non-string nested params key": (
+        "train: m:f\nparams: {m: {1: a}}\ngrid: {a: [1]}\n",
+        ["params.m: the key 1 is not a parameter name"],
+    ),
     "non-string params key": ("train: m:f\nparams: {1: a}\ngrid: {a: [1]}\n", ["the key 1 is not a parameter name"]),
-    "params not a mapping": ("train: m:f\nparams: [a]\ngrid: {a: [1]}\n", ["sweep.yaml: params: expected a mapping, got the list"]),
-    "checkpoint unknown key": ("train: m:f\ncheckpoint: {every: 3}\ngrid: {a: [1]}\n", ["checkpoint.every: unknown key 'every' in checkpoint", "every_steps"]),
-    "checkpoint zero steps": ("train: m:f\ncheckpoint: {every_steps: 0}\ngrid: {a: [1]}\n", ["checkpoint.every_steps: expected a whole number of at least 1, got the number 0"]),
-    "checkpoint fractional steps": ("train: m:f\ncheckpoint: {every_steps: 2.5}\ngrid: {a: [1]}\n", ["checkpoint.every_steps: expected a whole number"]),
-    "checkpoint negative seconds": ("train: m:f\ncheckpoint: {every_seconds: -1}\ngrid: {a: [1]}\n", ["checkpoint.every_seconds: expected a number above 0"]),
-    "checkpoint keep_last zero": ("train: m:f\ncheckpoint: {keep_last: 0}\ngrid: {a: [1]}\n", ["checkpoint.keep_last: expected a whole number of at least 1"]),
-    "checkpoint keep_best string": ("train: m:f\ncheckpoint: {keep_best: 'no'}\ngrid: {a: [1]}\n", ["checkpoint.keep_best: expected true or false"]),
-    "checkpoint overlap number": ("train: m:f\ncheckpoint: {overlap: 1}\ngrid: {a: [1]}\n", ["checkpoint.overlap: expected true or false, got the number 1", "overlap: false"]),
+    "params not a mapping": (
+        "train: m:f\nparams: [a]\ngrid: {a: [1]}\n",
+        ["sweep.yaml: params: expected a mapping, got the list"],
+    ),
+    "checkpoint unknown key": (
+        "train: m:f\ncheckpoint: {every: 3}\ngrid: {a: [1]}\n",
+        ["checkpoint.every: unknown key 'every' in checkpoint", "every_steps"],
+    ),
+    "checkpoint zero steps": (
+        "train: m:f\ncheckpoint: {every_steps: 0}\ngrid: {a: [1]}\n",
+        ["checkpoint.every_steps: expected a whole number of at least 1, got the number 0"],
+    ),
+    "checkpoint fractional steps": (
+        "train: m:f\ncheckpoint: {every_steps: 2.5}\ngrid: {a: [1]}\n",
+        ["checkpoint.every_steps: expected a whole number"],
+    ),
+    "checkpoint negative seconds": (
+        "train: m:f\ncheckpoint: {every_seconds: -1}\ngrid: {a: [1]}\n",
+        ["checkpoint.every_seconds: expected a number above 0"],
+    ),
+    "checkpoint keep_last zero": (
+        "train: m:f\ncheckpoint: {keep_last: 0}\ngrid: {a: [1]}\n",
+        ["checkpoint.keep_last: expected a whole number of at least 1"],
+    ),
+    "checkpoint keep_best string": (
+        "train: m:f\ncheckpoint: {keep_best: 'no'}\ngrid: {a: [1]}\n",
+        ["checkpoint.keep_best: expected true or false"],
+    ),
+    "checkpoint overlap number": (
+        "train: m:f\ncheckpoint: {overlap: 1}\ngrid: {a: [1]}\n",
+        ["checkpoint.overlap: expected true or false, got the number 1", "overlap: false"],
+    ),
     "metric without name": ("train: m:f\nmetric: {goal: max}\ngrid: {a: [1]}\n", ["metric: has no `name:`"]),
-    "metric as a string": ("train: m:f\nmetric: acc\ngrid: {a: [1]}\n", ["metric: expected a mapping, got the string 'acc'", "metric: {name: val_acc, goal: max}"]),
-    "metric bad goal": ("train: m:f\nmetric: {name: a, goal: up}\ngrid: {a: [1]}\n", ["metric.goal: the string 'up' is not a goal", "max, min, maximize, minimize"]),
-    "retries preempted": ("train: m:f\nretries: {preempted: 2}\ngrid: {a: [1]}\n", ["retries.preempted: preempted has no retry budget", "never the cell's fault"]),
-    "retries cancelled": ("train: m:f\nretries: {cancelled: 2}\ngrid: {a: [1]}\n", ["retries.cancelled: cancelled has no retry budget"]),
-    "retries completed": ("train: m:f\nretries: {completed: 1}\ngrid: {a: [1]}\n", ["retries.completed: completed has no retry budget"]),
-    "retries unknown": ("train: m:f\nretries: {crash: 1}\ngrid: {a: [1]}\n", ["retries.crash: unknown key 'crash'", "lost, oom, nan, error, data_error, timeout"]),
-    "retries negative": ("train: m:f\nretries: {oom: -1}\ngrid: {a: [1]}\n", ["retries.oom: expected a whole number of at least 0"]),
-    "retries negative backoff": ("train: m:f\nretries: {backoff_seconds: -5}\ngrid: {a: [1]}\n", ["retries.backoff_seconds: expected a number of at least 0"]),
-    "max_attempt_seconds zero": ("train: m:f\nmax_attempt_seconds: 0\ngrid: {a: [1]}\n", ["max_attempt_seconds: expected a number above 0"]),
+    "metric as a string": (
+        "train: m:f\nmetric: acc\ngrid: {a: [1]}\n",
+        ["metric: expected a mapping, got the string 'acc'", "metric: {name: val_acc, goal: max}"],
+    ),
+    "metric bad goal": (
+        "train: m:f\nmetric: {name: a, goal: up}\ngrid: {a: [1]}\n",
+        ["metric.goal: the string 'up' is not a goal", "max, min, maximize, minimize"],
+    ),
+    "retries preempted": (
+        "train: m:f\nretries: {preempted: 2}\ngrid: {a: [1]}\n",
+        ["retries.preempted: preempted has no retry budget", "never the cell's fault"],
+    ),
+    "retries cancelled": (
+        "train: m:f\nretries: {cancelled: 2}\ngrid: {a: [1]}\n",
+        ["retries.cancelled: cancelled has no retry budget"],
+    ),
+    "retries completed": (
+        "train: m:f\nretries: {completed: 1}\ngrid: {a: [1]}\n",
+        ["retries.completed: completed has no retry budget"],
+    ),
+    "retries unknown": (
+        "train: m:f\nretries: {crash: 1}\ngrid: {a: [1]}\n",
+        ["retries.crash: unknown key 'crash'", "lost, oom, nan, error, data_error, timeout"],
+    ),
+    "retries negative": (
+        "train: m:f\nretries: {oom: -1}\ngrid: {a: [1]}\n",
+        ["retries.oom: expected a whole number of at least 0"],
+    ),
+    "retries negative backoff": (
+        "train: m:f\nretries: {backoff_seconds: -5}\ngrid: {a: [1]}\n",
+        ["retries.backoff_seconds: expected a number of at least 0"],
+    ),
+    "max_attempt_seconds zero": (
+        "train: m:f\nmax_attempt_seconds: 0\ngrid: {a: [1]}\n",
+        ["max_attempt_seconds: expected a number above 0"],
+    ),
     "data not paths": ("train: m:f\ndata: {a: b}\ngrid: {a: [1]}\n", ["data: expected a path or a list of paths"]),
     "root not a string": ("train: m:f\nroot: [a]\ngrid: {a: [1]}\n", ["root: expected a string"]),
     "empty file": ("", ["sweep.yaml: the file is empty"]),
@@ -475,7 +619,9 @@ def test_cfg_hash_ignores_key_order_and_tells_json_types_apart():
 
 @pytest.fixture()
 def example_cells() -> list[CellSpec]:
-    sweep = parse("train: m:f\ngroups: [{name: q1, grid: {a: [1, 2, 3]}}, {name: q2, grid: {a: [4,5,6,7,8,9,10,11,12,13]}}]\n")
+    sweep = parse(
+        "train: m:f\ngroups: [{name: q1, grid: {a: [1, 2, 3]}}, {name: q2, grid: {a: [4,5,6,7,8,9,10,11,12,13]}}]\n"
+    )
     return sweep.cells
 
 

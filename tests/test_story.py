@@ -17,7 +17,7 @@ from pathlib import Path
 from conftest import cli, cli_json, kill_tree, start, wait_for, wait_gone, write
 
 from sweepq.layout import CellPaths
-from sweepq.lock import CellLock
+from sweepq.queue.lock import CellLock
 
 SPEC = """
 name: story

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sweepq.errors import SpecError
-from sweepq.spec import DEFAULT_MAX_CELLS, load_sweep, parse_sweep
+from sweepq.spec.sweep import DEFAULT_MAX_CELLS, load_sweep, parse_sweep
 
 DATA = Path(__file__).parent / "data" / "specs"
 
@@ -41,15 +41,34 @@ def test_fixture_file_order_metadata_and_settings():
     # names sorted at each level: augment, depth, epochs, optimizer.{lr, momentum, name};
     # product over the varying ones, the last (optimizer.name) fastest; run_cap 10 of 24.
     assert len(sweep.cells) == 10
-    assert sweep.cells[0].cfg == {"augment": True, "depth": 1, "epochs": 30, "optimizer": {"lr": 0.1, "momentum": 0.9, "name": "sgd"}}
+    assert sweep.cells[0].cfg == {
+        "augment": True,
+        "depth": 1,
+        "epochs": 30,
+        "optimizer": {"lr": 0.1, "momentum": 0.9, "name": "sgd"},
+    }
     assert sweep.cells[1].cfg["optimizer"] == {"lr": 0.1, "momentum": 0.9, "name": "adam"}
     assert sweep.cells[2].cfg["optimizer"]["lr"] == 0.01
     assert sweep.cells[4].cfg["depth"] == 2
-    assert sweep.cells[9].cfg == {"augment": True, "depth": 3, "epochs": 30, "optimizer": {"lr": 0.1, "momentum": 0.9, "name": "adam"}}
-    assert sweep.warnings == ["{}: run_cap: 10 of 24 cells kept (run_cap keeps the first 10 in W&B's grid order).".format(DATA / "wandb_grid.yaml")]
+    assert sweep.cells[9].cfg == {
+        "augment": True,
+        "depth": 3,
+        "epochs": 30,
+        "optimizer": {"lr": 0.1, "momentum": 0.9, "name": "adam"},
+    }
+    assert sweep.warnings == [
+        "{}: run_cap: 10 of 24 cells kept (run_cap keeps the first 10 in W&B's grid order).".format(
+            DATA / "wandb_grid.yaml"
+        )
+    ]
     assert (sweep.project, sweep.entity, sweep.description) == ("vision", "lab", "depth and optimiser grid")
     settings = sweep.settings
-    assert (settings.form, settings.name, settings.program, settings.train) == ("wandb", "resnet-grid", "train.py", None)
+    assert (settings.form, settings.name, settings.program, settings.train) == (
+        "wandb",
+        "resnet-grid",
+        "train.py",
+        None,
+    )
     assert (settings.metric.name, settings.metric.goal) == ("val_loss", "min")
     assert settings.command is None and settings.interpreter == "python"
     assert settings.checkpoint.auto is True
@@ -103,7 +122,10 @@ def test_nested_parameters_are_sorted_per_level_and_visited_in_place():
 
 def test_deeply_nested_parameters():
     sweep = parse(grid("{model: {parameters: {enc: {parameters: {depth: {values: [2, 4]}}}, act: {value: relu}}}}"))
-    assert cfgs(sweep) == [{"model": {"act": "relu", "enc": {"depth": 2}}}, {"model": {"act": "relu", "enc": {"depth": 4}}}]
+    assert cfgs(sweep) == [
+        {"model": {"act": "relu", "enc": {"depth": 2}}},
+        {"model": {"act": "relu", "enc": {"depth": 4}}},
+    ]
 
 
 def test_dotted_names_stay_flat_keys():
@@ -172,7 +194,9 @@ def test_repeated_mappings_with_other_key_order_are_one_value():
 def test_run_cap_keeps_a_prefix_with_a_warning():
     sweep = parse(grid("{a: {values: [1, 2, 3]}, b: {values: [1, 2, 3, 4]}}", "run_cap: 4\n"))
     assert [(c["a"], c["b"]) for c in cfgs(sweep)] == [(1, 1), (1, 2), (1, 3), (1, 4)]
-    assert sweep.warnings == ["sweep.yaml: run_cap: 4 of 12 cells kept (run_cap keeps the first 4 in W&B's grid order)."]
+    assert sweep.warnings == [
+        "sweep.yaml: run_cap: 4 of 12 cells kept (run_cap keeps the first 4 in W&B's grid order)."
+    ]
 
 
 @pytest.mark.parametrize("cap", [12, 100])
@@ -218,7 +242,9 @@ def test_api_version_and_kind_are_ignored_and_controller_warns():
 
 
 def test_command_tokens_are_kept_unrendered_with_numbers_as_text():
-    sweep = parse(grid("{a: {value: 1}}", "command: ['${env}', '${interpreter}', '${program}', --epochs, 10, '${args}']\n"))
+    sweep = parse(
+        grid("{a: {value: 1}}", "command: ['${env}', '${interpreter}', '${program}', --epochs, 10, '${args}']\n")
+    )
     assert sweep.settings.command == ["${env}", "${interpreter}", "${program}", "--epochs", "10", "${args}"]
     assert sweep.warnings == []
 
@@ -245,57 +271,150 @@ def test_numeric_looking_strings_warn():
 # ------------------------------------------------------------------- errors
 
 ERRORS = {
-    "method random": ("method: random\nprogram: t.py\nparameters: {a: {values: [1]}}\n", ["sweep.yaml: method: 'random' is not supported", "method: grid"]),
-    "method bayes": ("method: bayes\nprogram: t.py\nparameters: {a: {values: [1]}}\n", ["method: 'bayes' is not supported"]),
-    "method not a string": ("method: [grid]\nprogram: t.py\nparameters: {a: {values: [1]}}\n", ["method: expected a string, got the list"]),
-    "uniform": (grid("{lr: {distribution: uniform, min: 0.0, max: 1.0}}"), ["parameters.lr.distribution: uniform samples values at random", "values: [...]"]),
-    "log_uniform_values": (grid("{lr: {distribution: log_uniform_values, min: 0.0001, max: 0.1}}"), ["log_uniform_values samples values at random"]),
+    "method random": (
+        "method: random\nprogram: t.py\nparameters: {a: {values: [1]}}\n",
+        ["sweep.yaml: method: 'random' is not supported", "method: grid"],
+    ),
+    "method bayes": (
+        "method: bayes\nprogram: t.py\nparameters: {a: {values: [1]}}\n",
+        ["method: 'bayes' is not supported"],
+    ),
+    "method not a string": (
+        "method: [grid]\nprogram: t.py\nparameters: {a: {values: [1]}}\n",
+        ["method: expected a string, got the list"],
+    ),
+    "uniform": (
+        grid("{lr: {distribution: uniform, min: 0.0, max: 1.0}}"),
+        ["parameters.lr.distribution: uniform samples values at random", "values: [...]"],
+    ),
+    "log_uniform_values": (
+        grid("{lr: {distribution: log_uniform_values, min: 0.0001, max: 0.1}}"),
+        ["log_uniform_values samples values at random"],
+    ),
     "q_uniform": (grid("{n: {distribution: q_uniform, min: 0, max: 10, q: 2}}"), ["q_uniform samples"]),
     "normal": (grid("{x: {distribution: normal, mu: 0, sigma: 1}}"), ["parameters.x.distribution: normal samples"]),
     "beta": (grid("{x: {distribution: beta, a: 1, b: 2}}"), ["beta samples"]),
-    "categorical with probabilities distribution": (grid("{x: {distribution: categorical_w_probabilities, values: [1], probabilities: [1]}}"), ["categorical_w_probabilities samples"]),
-    "unknown distribution": (grid("{x: {distribution: fancy, values: [1]}}"), ["unknown distribution 'fancy'", "categorical, constant, int_uniform"]),
-    "probabilities": (grid("{x: {values: [1, 2], probabilities: [0.5, 0.5]}}"), ["parameters.x.probabilities: `probabilities` shapes random sampling"]),
+    "categorical with probabilities distribution": (
+        grid("{x: {distribution: categorical_w_probabilities, values: [1], probabilities: [1]}}"),
+        ["categorical_w_probabilities samples"],
+    ),
+    "unknown distribution": (
+        grid("{x: {distribution: fancy, values: [1]}}"),
+        ["unknown distribution 'fancy'", "categorical, constant, int_uniform"],
+    ),
+    "probabilities": (
+        grid("{x: {values: [1, 2], probabilities: [0.5, 0.5]}}"),
+        ["parameters.x.probabilities: `probabilities` shapes random sampling"],
+    ),
     "mu": (grid("{x: {values: [1], mu: 0}}"), ["parameters.x.mu:"]),
     "sigma": (grid("{x: {values: [1], sigma: 1}}"), ["parameters.x.sigma:"]),
     "q": (grid("{x: {min: 1, max: 4, q: 1}}"), ["parameters.x.q:"]),
     "empty values": (grid("{x: {values: []}}"), ["parameters.x.values: is an empty list"]),
-    "scalar values": (grid("{x: {values: 0.1}}"), ["parameters.x.values: expected a list, got the number 0.1", "values: [0.1]"]),
+    "scalar values": (
+        grid("{x: {values: 0.1}}"),
+        ["parameters.x.values: expected a list, got the number 0.1", "values: [0.1]"],
+    ),
     "value and values": (grid("{x: {value: 1, values: [1, 2]}}"), ["parameters.x: has both `value` and `values`"]),
-    "parameter not a mapping": (grid("{x: 0.1}"), ["parameters.x: a parameter is a mapping, got the number 0.1", "x: {value: ...}"]),
-    "parameter is a list": (grid("{x: [1, 2]}"), ["parameters.x: a parameter is a mapping, got the list [1, 2]", "x: {values: [...]}"]),
-    "nested parameter not a mapping": (grid("{opt: {parameters: {lr: 0.1}}}"), ["parameters.opt.parameters.lr: a parameter is a mapping"]),
-    "nested parameter with extra keys": (grid("{opt: {parameters: {lr: {value: 1}}, value: 2}}"), ["parameters.opt: a nested parameter holds only `parameters:`"]),
-    "empty nested parameters": (grid("{opt: {parameters: {}}}"), ["parameters.opt.parameters: expected a non-empty mapping"]),
+    "parameter not a mapping": (
+        grid("{x: 0.1}"),
+        ["parameters.x: a parameter is a mapping, got the number 0.1", "x: {value: ...}"],
+    ),
+    "parameter is a list": (
+        grid("{x: [1, 2]}"),
+        ["parameters.x: a parameter is a mapping, got the list [1, 2]", "x: {values: [...]}"],
+    ),
+    "nested parameter not a mapping": (
+        grid("{opt: {parameters: {lr: 0.1}}}"),
+        ["parameters.opt.parameters.lr: a parameter is a mapping"],
+    ),
+    "nested parameter with extra keys": (
+        grid("{opt: {parameters: {lr: {value: 1}}, value: 2}}"),
+        ["parameters.opt: a nested parameter holds only `parameters:`"],
+    ),
+    "empty nested parameters": (
+        grid("{opt: {parameters: {}}}"),
+        ["parameters.opt.parameters: expected a non-empty mapping"],
+    ),
     "min not less than max": (grid("{x: {min: 4, max: 2}}"), ["parameters.x: min 4 is not less than max 2"]),
     "min equals max": (grid("{x: {min: 3, max: 3}}"), ["min 3 is not less than max 3"]),
-    "float bounds": (grid("{x: {min: 0.1, max: 1}}"), ["parameters.x: min 0.1 and max 1 are not both integers", "continuous uniform"]),
-    "int_uniform with floats": (grid("{x: {distribution: int_uniform, min: 1.0, max: 3}}"), ["int_uniform needs whole numbers"]),
+    "float bounds": (
+        grid("{x: {min: 0.1, max: 1}}"),
+        ["parameters.x: min 0.1 and max 1 are not both integers", "continuous uniform"],
+    ),
+    "int_uniform with floats": (
+        grid("{x: {distribution: int_uniform, min: 1.0, max: 3}}"),
+        ["int_uniform needs whole numbers"],
+    ),
     "only min": (grid("{x: {min: 1}}"), ["parameters.x: needs both min and max"]),
     "no values at all": (grid("{x: {distribution: categorical}}"), ["parameters.x: gives no values"]),
-    "values with constant distribution": (grid("{x: {distribution: constant, values: [1]}}"), ["constant does not go with values"]),
+    "values with constant distribution": (
+        grid("{x: {distribution: constant, values: [1]}}"),
+        ["constant does not go with values"],
+    ),
     "unknown parameter key": (grid("{x: {values: [1], default: 2}}"), ["parameters.x.default: unknown key 'default'"]),
     "bad parameter name": (grid("{'my lr': {values: [1]}}"), ["'my lr' is not a parameter name W&B accepts"]),
-    "early_terminate": (grid("{x: {value: 1}}", "early_terminate: {type: hyperband, min_iter: 3}\n"), ["sweep.yaml: early_terminate: sweepq runs every cell", "Remove early_terminate"]),
-    "metric target": (grid("{x: {value: 1}}", "metric: {name: acc, goal: maximize, target: 0.99}\n"), ["sweep.yaml: metric.target:", "Remove target"]),
-    "metric goal max": (grid("{x: {value: 1}}", "metric: {name: acc, goal: max}\n"), ["metric.goal: the string 'max' is not a goal", "maximize, minimize"]),
-    "metric unknown key": (grid("{x: {value: 1}}", "metric: {name: acc, mode: max}\n"), ["metric.mode: unknown key 'mode'"]),
+    "early_terminate": (
+        grid("{x: {value: 1}}", "early_terminate: {type: hyperband, min_iter: 3}\n"),
+        ["sweep.yaml: early_terminate: sweepq runs every cell", "Remove early_terminate"],
+    ),
+    "metric target": (
+        grid("{x: {value: 1}}", "metric: {name: acc, goal: maximize, target: 0.99}\n"),
+        ["sweep.yaml: metric.target:", "Remove target"],
+    ),
+    "metric goal max": (
+        grid("{x: {value: 1}}", "metric: {name: acc, goal: max}\n"),
+        ["metric.goal: the string 'max' is not a goal", "maximize, minimize"],
+    ),
+    "metric unknown key": (
+        grid("{x: {value: 1}}", "metric: {name: acc, mode: max}\n"),
+        ["metric.mode: unknown key 'mode'"],
+    ),
     "metric without name": (grid("{x: {value: 1}}", "metric: {goal: minimize}\n"), ["metric: has no `name:`"]),
-    "scheduler": (grid("{x: {value: 1}}", "scheduler: {num_workers: 2}\n"), ["sweep.yaml: scheduler: W&B Launch schedulers are not supported"]),
+    "scheduler": (
+        grid("{x: {value: 1}}", "scheduler: {num_workers: 2}\n"),
+        ["sweep.yaml: scheduler: W&B Launch schedulers are not supported"],
+    ),
     "job": (grid("{x: {value: 1}}", "job: a/b/job:v0\n"), ["sweep.yaml: job: W&B Launch jobs are not supported"]),
     "image_uri": (grid("{x: {value: 1}}", "image_uri: repo/img\n"), ["sweep.yaml: image_uri:"]),
-    "unknown top-level key": (grid("{x: {value: 1}}", "max_runs: 4\n"), ["sweep.yaml: max_runs: unknown key 'max_runs'", "run_cap"]),
-    "program not a string": ("method: grid\nprogram: [a.py]\nparameters: {x: {value: 1}}\n", ["sweep.yaml: program: expected a string, got the list"]),
-    "name not a string": (grid("{x: {value: 1}}", "name: 42\n"), ["sweep.yaml: name: expected a string, got the number 42"]),
-    "missing program": ("method: grid\nparameters: {x: {value: 1}}\n", ["sweep.yaml: program: is missing, but the command runs ${program}"]),
+    "unknown top-level key": (
+        grid("{x: {value: 1}}", "max_runs: 4\n"),
+        ["sweep.yaml: max_runs: unknown key 'max_runs'", "run_cap"],
+    ),
+    "program not a string": (
+        "method: grid\nprogram: [a.py]\nparameters: {x: {value: 1}}\n",
+        ["sweep.yaml: program: expected a string, got the list"],
+    ),
+    "name not a string": (
+        grid("{x: {value: 1}}", "name: 42\n"),
+        ["sweep.yaml: name: expected a string, got the number 42"],
+    ),
+    "missing program": (
+        "method: grid\nparameters: {x: {value: 1}}\n",
+        ["sweep.yaml: program: is missing, but the command runs ${program}"],
+    ),
     "missing parameters": ("method: grid\nprogram: t.py\n", ["a W&B grid sweep needs `parameters:`"]),
-    "empty parameters": ("method: grid\nprogram: t.py\nparameters: {}\n", ["sweep.yaml: parameters: expected a non-empty mapping"]),
+    "empty parameters": (
+        "method: grid\nprogram: t.py\nparameters: {}\n",
+        ["sweep.yaml: parameters: expected a non-empty mapping"],
+    ),
     "run_cap zero": (grid("{x: {value: 1}}", "run_cap: 0\n"), ["run_cap: expected a whole number of at least 1"]),
-    "unknown macro": (grid("{x: {value: 1}}", "command: ['${env}', '${python}', '${program}', '${args}']\n"), ["sweep.yaml: command: token 2: unknown macro ${python}", "W&B would drop it"]),
-    "macro inside a token": (grid("{x: {value: 1}}", "command: ['${program}', '--x=${x}']\n"), ["command: token 2: the macro ${x} is inside the longer token '--x=${x}'"]),
-    "command not a list": (grid("{x: {value: 1}}", "command: python train.py\n"), ["command: expected a list of tokens"]),
+    "unknown macro": (
+        grid("{x: {value: 1}}", "command: ['${env}', '${python}', '${program}', '${args}']\n"),
+        ["sweep.yaml: command: token 2: unknown macro ${python}", "W&B would drop it"],
+    ),
+    "macro inside a token": (
+        grid("{x: {value: 1}}", "command: ['${program}', '--x=${x}']\n"),
+        ["command: token 2: the macro ${x} is inside the longer token '--x=${x}'"],
+    ),
+    "command not a list": (
+        grid("{x: {value: 1}}", "command: python train.py\n"),
+        ["command: expected a list of tokens"],
+    ),
     "command token a mapping": (grid("{x: {value: 1}}", "command: [{a: 1}]\n"), ["command: token 1 is the mapping"]),
-    "date value": (grid("{d: {values: [2024-05-01]}}"), ["parameters.d.values: YAML read datetime.date(2024, 5, 1) as a date"]),
+    "date value": (
+        grid("{d: {values: [2024-05-01]}}"),
+        ["parameters.d.values: YAML read datetime.date(2024, 5, 1) as a date"],
+    ),
 }
 
 

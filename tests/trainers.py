@@ -38,7 +38,7 @@ def train(cfg: dict[str, Any], run: sweepq.Run) -> dict[str, Any] | None:
     """A random walk of a small tensor: deterministic given the RNG, checkpointed fully."""
     marker = _guard(run)
     if cfg.get("crash_at") and run.attempt == 1:
-        # Test-only fault injection (see sweepq.manifest.crash_point), per cell.
+        # Test-only fault injection (see sweepq.checkpoint.manifest.crash_point), per cell.
         from sweepq import manifest as manifest_module
 
         manifest_module.CRASH_AT = cfg["crash_at"]
@@ -54,7 +54,11 @@ def train(cfg: dict[str, Any], run: sweepq.Run) -> dict[str, Any] | None:
         state["step"] += 1
         step = state["step"]
         loss = float(state["w"].abs().mean())
-        if cfg.get("nan_at") is not None and step >= int(cfg["nan_at"]) and run.attempt <= int(cfg.get("nan_attempts", 99)):
+        if (
+            cfg.get("nan_at") is not None
+            and step >= int(cfg["nan_at"])
+            and run.attempt <= int(cfg.get("nan_attempts", 99))
+        ):
             loss = float("nan")
         run.log(step, loss=loss)
         if cfg.get("fail_at") is not None and step == int(cfg["fail_at"]):

@@ -29,7 +29,7 @@ run = sweepq.Run.from_env(required=False)
 torch.manual_seed(args.seed)
 g = torch.Generator().manual_seed(1234)
 X = torch.randn(256, 8, generator=g)
-y = (X @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(256, 1, generator=g))
+y = X @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(256, 1, generator=g)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 # SGD with momentum by hand (torch.optim costs a 2 s import on the test machine); the momentum
 # buffers are part of the state like an optimizer's.

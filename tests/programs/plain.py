@@ -47,6 +47,7 @@ def save() -> None:
 
 
 if args.on_term == "exit75":
+
     def on_term(signum, frame):
         save()
         print(f"{args.name}: SIGTERM at step {step}, saved, exiting 75", flush=True)

@@ -1,0 +1,283 @@
+"""Checkpoints of training state: the commit protocol, verified loading, asynchronous writes.
+
+The format and its verification live in manifest.py (readable without torch).
+The commit is the rename of a fully written, fsynced folder, followed by an
+fsync of the parent: a crash at any instant leaves the previous committed
+checkpoint intact and at most a hidden folder to clean up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sweepq.atomic import fsync_dir
+from sweepq.checkpoint import serialize
+from sweepq.checkpoint.diskio import write_file, write_files
+from sweepq.checkpoint.image import Files
+from sweepq.checkpoint.manifest import (
+    FORMAT,
+    STATE,
+    TENSORS,
+    WRITING_PREFIX,
+    CheckpointCorrupt,
+    count_commit,
+    crash_point,
+    quarantine,
+    read_manifest,
+    read_verified,
+    read_verified_into,
+    tensor_files,
+    wait_deleted,
+)
+from sweepq.layout import MANIFEST_NAME, CellPaths
+
+
+@dataclass(frozen=True)
+class Committed:
+    step: int
+    path: Path
+    manifest_sha256: str
+    size_bytes: int
+    epoch: float | None
+    metrics: dict[str, Any]
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Loaded:
+    step: int
+    path: Path
+    manifest: dict[str, Any]
+    manifest_sha256: str
+    state: dict[str, Any]  # the user's entries, plain (state_dicts, values)
+    rng: dict[str, Any] | None
+
+
+# -- writing ------------------------------------------------------------------------
+
+
+def write_checkpoint(
+    checkpoints_dir: Path,
+    step: int,
+    skeleton: Any,
+    tensors: dict[str, torch.Tensor],
+    meta: dict[str, Any],
+    image: Files | None = None,
+) -> Committed:
+    """Commit one checkpoint (tensors already on the CPU and owned by the caller).
+
+    When the tensors are `image`'s views (plus small extras), the tensor files
+    are written from the image itself, with direct I/O (diskio.py).
+    """
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoints_dir / f"step-{step}"
+    tmp = checkpoints_dir / f"{WRITING_PREFIX}step-{step}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    crash_point("before_write")
+    files: dict[str, dict[str, Any]] = {}
+    parts = image.parts(tensors) if image is not None else None
+    if parts is None:
+        parts = {TENSORS: list(serialize.safetensors_parts(tensors))}
+    for name, (sha, size) in write_files(tmp, parts).items():
+        files[name] = {"sha256": sha, "size": size}
+    crash_point("after_tensors")
+    state_bytes = json.dumps(skeleton, separators=(",", ":"), allow_nan=True).encode()
+    sha, size = write_file(tmp / STATE, [memoryview(state_bytes)])
+    files[STATE] = {"sha256": sha, "size": size}
+    crash_point("after_state")
+    created = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    manifest = {"format": FORMAT, "step": step, "created_at": created, "files": files, **meta}
+    manifest_bytes = (json.dumps(manifest, indent=1, sort_keys=True, allow_nan=True) + "\n").encode()
+    msha, _ = write_file(tmp / MANIFEST_NAME, [memoryview(manifest_bytes)])
+    crash_point("after_manifest")
+    fsync_dir(tmp)
+    crash_point("before_rename")
+    if final.exists():
+        # The same step committed earlier (a repeated request): keep the first one.
+        shutil.rmtree(tmp, ignore_errors=True)
+        m = read_manifest(final)
+        return _committed(final, m, hashlib.sha256((final / MANIFEST_NAME).read_bytes()).hexdigest())
+    os.rename(tmp, final)
+    crash_point("after_rename")
+    fsync_dir(checkpoints_dir)
+    count_commit()
+    crash_point("after_commit")
+    return _committed(final, manifest, msha)
+
+
+def _committed(path: Path, manifest: dict[str, Any], msha: str) -> Committed:
+    return Committed(
+        step=int(manifest["step"]),
+        path=path,
+        manifest_sha256=msha,
+        size_bytes=sum(int(f["size"]) for f in manifest["files"].values()),
+        epoch=manifest.get("epoch"),
+        metrics=manifest.get("metrics") or {},
+        created_at=manifest.get("created_at", ""),
+    )
+
+
+def load(step_dir: Path) -> Loaded:
+    """Verify and load one checkpoint; raises CheckpointCorrupt.
+
+    Each tensor file is read into one buffer while it is hashed (chunk by
+    chunk, on the other core); the tensors are views into those buffers.
+    """
+    m = read_manifest(step_dir)
+    msha = hashlib.sha256((step_dir / MANIFEST_NAME).read_bytes()).hexdigest()
+    names = tensor_files(m["files"])
+    if names is None:
+        raise CheckpointCorrupt(step_dir, "manifest lists no complete set of tensor files")
+    if STATE not in m["files"]:
+        raise CheckpointCorrupt(step_dir, f"manifest lists no {STATE}")
+    state_bytes = read_verified(step_dir, STATE, m["files"][STATE])
+    raws = [read_verified_into(step_dir, name, m["files"][name], _alloc_bytes) for name in names]
+    try:
+        tensors: dict[str, torch.Tensor] = {}
+        for raw in raws:
+            more = serialize.load_safetensors(raw)
+            if tensors.keys() & more.keys():
+                raise ValueError(f"tensors {sorted(tensors.keys() & more.keys())[:3]} are in two files")
+            tensors.update(more)
+        skeleton = json.loads(state_bytes)
+        plain = serialize.unflatten(skeleton, tensors)
+    except Exception as e:  # a verified file that still does not parse: written by a bug
+        raise CheckpointCorrupt(step_dir, f"verified but unreadable ({e.__class__.__name__}: {e})") from e
+    rng = plain.pop(serialize.RNG_KEY, None)
+    return Loaded(int(m["step"]), step_dir, m, msha, plain, rng)
+
+
+def _alloc_bytes(size: int) -> Any:
+    """An uninitialised uint8 buffer (numpy view of a torch tensor: no zero-fill)."""
+    return torch.empty(size, dtype=torch.uint8).numpy()
+
+
+def load_newest(
+    cell: CellPaths,
+    max_step: int | None = None,
+    on_corrupt: Callable[[int, str, Path], None] | None = None,
+) -> Loaded | None:
+    """The newest committed checkpoint that verifies (at most `max_step`); None: start fresh.
+
+    A checkpoint that fails is moved aside (so it is never tried again) and
+    reported through `on_corrupt(step, why, new_path)`.
+    """
+    for step in cell.committed_steps():
+        if max_step is not None and step > max_step:
+            continue
+        path = cell.checkpoint(step)
+        try:
+            return load(path)
+        except CheckpointCorrupt as e:
+            moved = quarantine(path)
+            if on_corrupt is not None:
+                on_corrupt(step, e.why, moved)
+    return None
+
+
+# -- the asynchronous path ------------------------------------------------------------------
+
+
+class _Thread:
+    """Runs one call at a time on a thread that stays up between calls (for IDLE_EXIT seconds).
+
+    Starting a thread and handing it the GIL costs more than the rest of a small
+    checkpoint's pause in the training thread, so the thread is kept.
+    """
+
+    IDLE_EXIT = 120.0
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._job: Callable[[], None] | None = None
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self._running
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Start `job` (the previous one must have ended: see wait)."""
+        if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+            self._reset()
+        with self._cv:
+            self._job, self._running = job, True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+                self._thread.start()
+            else:
+                self._cv.notify_all()
+
+    def wait(self) -> None:
+        if self._running:
+            with self._cv:
+                while self._running:
+                    self._cv.wait()
+
+    def _serve(self) -> None:
+        while True:
+            with self._cv:
+                while self._job is None:
+                    if not self._cv.wait(timeout=self.IDLE_EXIT) and self._job is None:
+                        self._thread = None  # under the lock: the next submit starts a new one
+                        return
+                job, self._job = self._job, None
+            start = time.perf_counter()
+            try:
+                job()
+            except BaseException as e:
+                self.error = e
+            finally:
+                job = None  # type: ignore[assignment]  # drop what it holds (snapshot buffers)
+                self.seconds = time.perf_counter() - start
+                with self._cv:
+                    self._running = False
+                    self._cv.notify_all()
+
+
+class AsyncWriter:
+    """One background write at a time; errors surface at the next submit or flush."""
+
+    def __init__(self) -> None:
+        self._thread = _Thread("sweepq-checkpoint")
+
+    @property
+    def last_seconds(self) -> float:
+        return self._thread.seconds
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self.flush()
+        self._thread.submit(job)
+
+    @property
+    def busy(self) -> bool:
+        return self._thread.busy
+
+    def flush(self) -> None:
+        """Wait for the write in flight, and for the retention deletes it started."""
+        self._thread.wait()
+        wait_deleted()
+        if self._thread.error is not None:
+            err, self._thread.error = self._thread.error, None
+            raise err

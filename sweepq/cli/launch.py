@@ -1,0 +1,299 @@
+"""`sweepq launch`: reconcile the sweep file with its root, then run N workers until the sweep settles.
+
+Relaunching is always safe: cells with a verified DONE.json are skipped,
+interrupted cells resume first from their newest committed checkpoint, then
+queued cells start in order. The first Ctrl-C (or SIGTERM/SIGHUP) preempts
+every running cell gracefully (each writes a checkpoint and its receipt); a
+second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+
+from sweepq.cli import render
+from sweepq.errors import UsageError
+from sweepq.layout import RootPaths
+from sweepq.queue import reconcile
+from sweepq.queue.reaper import reap, reconcile_markers
+from sweepq.queue.records import Outcome
+from sweepq.queue.states import CellState, Reason
+from sweepq.queue.store import Store
+from sweepq.spec.sweep import Sweep, load_sweep
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+HARD_STOP_WAIT_S = 10.0
+
+
+def default_root(sweep: Sweep) -> Path:
+    """`root:` from the file, else runs/<name> beside the file."""
+    return sweep.root or Path(sweep.settings.spec_dir) / "runs" / sweep.settings.name
+
+
+def resolve_root(spec: str | None, root: str | None) -> Path:
+    """The sweep root from --root (a folder, or a sweep file), the SPEC, or the current folder."""
+    if root:
+        p = Path(root)
+        if p.is_file() and p.suffix in (".yaml", ".yml"):
+            return default_root(load_sweep(p)).resolve()
+        return p.resolve()
+    if spec:
+        return default_root(load_sweep(spec)).resolve()
+    cwd = Path.cwd()
+    if RootPaths(cwd).db.exists():
+        return cwd
+    raise UsageError(
+        "no sweep root given and the current folder is not one: pass the sweep file, "
+        "--root DIR, or run the command inside a sweep root"
+    )
+
+
+def check_writable(root: Path) -> None:
+    """Refuse, before writing anything, a root that cannot be created or written."""
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"the sweep root {root} exists and is not a folder")
+    probe = root
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"the sweep root {root} is not writable ({probe} does not let this user write)")
+    if root.exists() and (root / "sweepq.db").exists() and not os.access(root / "sweepq.db", os.W_OK):
+        raise UsageError(f"the database {root / 'sweepq.db'} is not writable by this user")
+
+
+@dataclass
+class Prepared:
+    sweep: Sweep
+    root: Path
+    plan: reconcile.ReconcilePlan  # made from a read; apply() makes it again inside its write
+    accept_changed: bool
+
+
+def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
+    """Everything that can fail on bad input, before anything is written."""
+    sweep = load_sweep(spec)
+    target = Path(root).resolve() if root else default_root(sweep).resolve()
+    check_writable(target)
+    existing: dict[str, tuple[str, dict[str, Any], bool]] = {}
+    if RootPaths(target).db.exists():
+        store = Store.open_readonly(target) if _schema_current(target) else Store.open(target)
+        try:
+            existing = store.existing_cfgs()
+        finally:
+            store.close()
+    plan = reconcile.plan(sweep, existing, accept_changed)
+    return Prepared(sweep, target, plan, accept_changed)
+
+
+def _schema_current(root: Path) -> bool:
+    from sweepq.queue import db
+
+    engine = db.make_engine(RootPaths(root).db)
+    try:
+        return db.current_revision(engine) == db.head_revision()
+    finally:
+        engine.dispose()
+
+
+def apply(p: Prepared) -> Store:
+    store = Store.open(p.root, create=True)
+    try:
+        p.plan = store.apply_reconcile(
+            p.sweep.settings, str(p.sweep.path), lambda existing: reconcile.plan(p.sweep, existing, p.accept_changed)
+        )
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def describe_start(store: Store, p: Prepared, console: Console) -> None:
+    """Say what this launch will do, in the user's words."""
+    for w in p.sweep.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    cells = [c for c in store.cells() if not c.removed]
+    done = [c.id for c in cells if c.state is CellState.DONE]
+    resume = [c for c in cells if c.state is CellState.INTERRUPTED]
+    queued = [c.id for c in cells if c.state is CellState.QUEUED]
+    console.print(f"sweep [bold]{p.sweep.settings.name}[/] at {render.shown_path(p.root)}: {len(cells)} cells")
+    if p.plan.new and len(p.plan.new) != len(cells):
+        console.print(f"  new cells: {', '.join(c.id for c in p.plan.new)}")
+    if p.plan.removed:
+        console.print(f"  [yellow]no longer in the file (kept, not run):[/] {', '.join(p.plan.removed)}")
+    if done:
+        console.print(f"  skipping (done): {', '.join(done)}")
+    if resume:
+        console.print("  resuming first: " + ", ".join(_resume_point(store, c.id) for c in resume))
+    if queued:
+        console.print(f"  queued: {', '.join(queued)}")
+
+
+def _resume_point(store: Store, cell: str) -> str:
+    committed = [k.step for k in store.checkpoints(cell) if k.state == "committed"]
+    return f"{cell} (from checkpoint step {max(committed)})" if committed else f"{cell} (no checkpoint yet)"
+
+
+class Launcher:
+    def __init__(self, root: Path, workers: int, gpus: list[str], console: Console, live: bool) -> None:
+        self.root = root
+        self.n = workers
+        self.gpus = gpus
+        self.console = console
+        self.live = live
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.stops = 0
+        self.hard_deadline: float | None = None  # after a second interrupt: when to kill what is left
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.stops += 1
+        sig = signal.SIGTERM if self.stops == 1 else signal.SIGINT  # second: the workers' hard stop
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def start_workers(self) -> None:
+        logs = RootPaths(self.root).private / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        threads = max(1, (os.cpu_count() or 1) // self.n)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for i in range(self.n):
+            env = dict(os.environ)
+            env.setdefault("OMP_NUM_THREADS", str(threads))
+            if self.gpus:
+                env["CUDA_VISIBLE_DEVICES"] = self.gpus[i % len(self.gpus)]
+            log = open(logs / f"worker-{stamp}-{os.getpid()}-{i + 1}.log", "ab")
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "sweepq.cli",
+                        "worker",
+                        "--root",
+                        str(self.root),
+                        "--name",
+                        f"{os.uname().nodename}:{os.getpid()}/w{i + 1}",
+                        "--parent-pid",
+                        str(os.getpid()),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,  # only this launcher signals them
+                )
+            )
+            log.close()
+
+    def wait(self, store: Store) -> None:
+        """Show progress until every worker exited."""
+        metric = store.settings().metric
+        if self.live:
+            with Live(console=self.console, refresh_per_second=4, transient=False) as live:
+                while self._alive():
+                    live.update(self._view(store, metric))
+                    time.sleep(0.5)
+                live.update(self._view(store, metric))
+        else:
+            seen: dict[str, str] = {}
+            while self._alive():
+                self._print_changes(store, seen)
+                time.sleep(0.5)
+            self._print_changes(store, seen)
+
+    def _alive(self) -> bool:
+        alive = [p for p in self.procs if p.poll() is None]
+        if self.stops >= 2 and alive:
+            if self.hard_deadline is None:
+                self.hard_deadline = time.monotonic() + HARD_STOP_WAIT_S
+            if time.monotonic() > self.hard_deadline:
+                for p in alive:
+                    p.kill()
+        return bool(alive)
+
+    def _view(self, store: Store, metric: Any) -> Any:
+        note = ""
+        if self.stops == 1:
+            note = "stopping: running cells are writing a checkpoint (Ctrl-C again to stop at once)"
+        cells = store.cells()
+        return render.status_table(cells, metric, title=note or None, etas=store.etas())
+
+    def _print_changes(self, store: Store, seen: dict[str, str]) -> None:
+        for c in store.cells():
+            key = f"{c.state}:{c.attempts}"
+            if seen.get(c.id) == key:
+                continue
+            seen[c.id] = key
+            if c.state is CellState.QUEUED:
+                continue
+            bits = [f"{c.id} {c.state}"]
+            if c.state is CellState.RUNNING:
+                bits.append(f"attempt {c.attempts}")
+            if c.state is CellState.DONE and c.metrics:
+                bits.append(", ".join(f"{k}={render.fmt_num(v)}" for k, v in c.metrics.items() if k != "epoch"))
+            if c.last_reason and c.state is not CellState.DONE:
+                bits.append(f"(last: {c.last_reason})")
+            self.console.print("  ".join(bits), highlight=False)
+
+
+def exit_code(store: Store, interrupted: bool) -> int:
+    if interrupted:
+        return 130
+    cells = [c for c in store.cells() if not c.removed]
+    if any(c.state is CellState.FAILED for c in cells):
+        return 1
+    if all(c.state in (CellState.DONE, CellState.CANCELLED) for c in cells):
+        return 0
+    return 1
+
+
+def launch(
+    spec: str,
+    root: str | None,
+    workers: int,
+    gpus: list[str],
+    accept_changed: bool,
+    console: Console,
+    live: bool,
+) -> int:
+    prepared = prepare(spec, root, accept_changed)  # raises UsageError: nothing written
+    store = apply(prepared)
+    try:
+        reconcile_markers(store)
+        reap(store)
+        describe_start(store, prepared, console)
+        if store.unsettled() == 0:
+            console.print("nothing to do: every cell is done, failed or cancelled")
+            return exit_code(store, False)
+        launcher = Launcher(prepared.root, workers, gpus, console, live)
+        old = {s: signal.signal(s, launcher._on_signal) for s in STOP_SIGNALS}
+        try:
+            launcher.start_workers()
+            launcher.wait(store)
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+        if launcher.stops >= 2:
+            reap(
+                store, override=Outcome(Reason.PREEMPTED, note="hard stop (second interrupt): no emergency checkpoint")
+            )
+        interrupted = launcher.stops > 0
+        console.print(render.summary(store.cells()))
+        if interrupted:
+            console.print("interrupted: run the same command again to resume")
+        return exit_code(store, interrupted)
+    finally:
+        store.close()

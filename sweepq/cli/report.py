@@ -1,0 +1,88 @@
+"""Sweep-wide answers: where the hours went (`report`) and who won (`best`)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from sweepq.queue.records import AttemptRecord
+from sweepq.queue.states import Reason
+from sweepq.queue.store import CheckpointState, Store
+from sweepq.spec.sweep import Metric
+
+
+def steps_lost(attempts: Sequence[AttemptRecord]) -> dict[tuple[str, int], int]:
+    """(cell, attempt number) -> steps that the next attempt had to train again.
+
+    An attempt that trained to step 830 followed by one resuming from the
+    checkpoint at step 800 lost 30 steps; one followed by a fresh start lost all.
+    """
+    by_cell: dict[str, list[AttemptRecord]] = defaultdict(list)
+    for a in attempts:
+        by_cell[a.cell].append(a)
+    lost = {}
+    for cell, items in by_cell.items():
+        items.sort(key=lambda a: a.number)
+        for prev, nxt in zip(items, items[1:]):
+            if prev.end_step is None:
+                continue
+            lost[(cell, prev.number)] = max(0, prev.end_step - (nxt.start_step or 0))
+    return lost
+
+
+def by_reason(attempts: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
+    """One row per termination reason (running attempts under "running")."""
+    lost = steps_lost(attempts)
+    rows: dict[str, dict[str, Any]] = {}
+    for a in attempts:
+        key = a.reason or "running"
+        r = rows.setdefault(
+            key, {"reason": key, "attempts": 0, "wall_hours": 0.0, "gpu_hours": 0.0, "steps_run": 0, "steps_lost": 0}
+        )
+        r["attempts"] += 1
+        r["wall_hours"] += (a.wall_seconds or 0.0) / 3600
+        r["gpu_hours"] += (a.gpu_seconds or 0.0) / 3600
+        if a.end_step is not None:
+            r["steps_run"] += max(0, a.end_step - (a.start_step or 0))
+        r["steps_lost"] += lost.get((a.cell, a.number), 0)
+    order = [r.value for r in Reason] + ["running"]
+    return sorted(rows.values(), key=lambda r: order.index(r["reason"]) if r["reason"] in order else len(order))
+
+
+def best_per_cell(store: Store, metric: Metric | None, top: int) -> list[dict[str, Any]]:
+    """Per cell: the best value of the sweep's metric and the checkpoint that holds it, ranked."""
+    rows = []
+    for c in store.cells(include_removed=False):
+        best_ckpt = None
+        if metric is not None:
+            scored = [
+                (float(k.metrics[metric.name]), k)
+                for k in store.checkpoints(c.id)
+                if k.state == CheckpointState.COMMITTED and _finite(k.metrics.get(metric.name))
+            ]
+            if scored:
+                pick = max if metric.goal == "max" else min
+                best_ckpt = pick(scored, key=lambda x: x[0])
+        value = best_ckpt[0] if best_ckpt else c.best
+        rows.append(
+            {
+                "cell": c.id,
+                "state": str(c.state),
+                "best": value,
+                "step": best_ckpt[1].step if best_ckpt else c.best_step,
+                "checkpoint": best_ckpt[1].path if best_ckpt else None,
+                "rank": None,
+            }
+        )
+    # Winners are finished cells: a failed cell's early score is not a result.
+    ranked = [r for r in rows if r["best"] is not None and r["state"] == "done"]
+    ranked.sort(key=lambda r: r["best"], reverse=metric is None or metric.goal == "max")
+    for i, r in enumerate(ranked[:top], start=1):
+        r["rank"] = i
+    return ranked + [r for r in rows if r not in ranked]
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -1,0 +1,451 @@
+"""The `Run` object that training code receives: restore, checkpoint, log, should_stop.
+
+    def train(cfg: dict, run: sweepq.Run) -> dict | None:
+        state = {"model": model, "optimizer": opt, "loader": loader, "step": 0}
+        run.restore(state)                      # False when the cell starts fresh
+        for batch in loader: ...
+            run.log(step, loss=loss)
+            if run.should_stop:                 # a preemption signal arrived
+                run.checkpoint(state, step, force=True)
+                return None
+            run.checkpoint(state, step)         # commits when the cadence says so
+
+It runs in the training process and knows nothing of the database: it writes
+checkpoints (the lock holder is the only writer) and reports to its worker
+over the channel. A program started as a subprocess gets the same object from
+`Run.from_env()`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sweepq.checkpoint import commit as checkpoint
+from sweepq.checkpoint import manifest, serialize, snapshot
+from sweepq.checkpoint.image import Files
+from sweepq.execution import fingerprint, signals
+from sweepq.execution.channel import Channel
+from sweepq.layout import CellPaths
+from sweepq.queue.records import ENV_ATTEMPT_FILE, AttemptSpec
+from sweepq.spec.sweep import CheckpointPolicy, Metric, Settings
+
+# Automatic cadence: checkpoint often enough that the overhead stays near this
+# share of the run, within these bounds (seconds).
+AUTO_OVERHEAD = 0.02
+AUTO_MIN_INTERVAL = 10.0
+AUTO_MAX_INTERVAL = 300.0
+AUTO_FIRST = 10.0
+LOG_INTERVAL = 0.25
+
+
+class DataError(Exception):
+    """Raise from training code when the data is bad: the attempt ends `data_error`."""
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A logged or checkpointed loss was NaN or infinite: the attempt ends `nan`."""
+
+    def __init__(self, step: int, name: str, value: float) -> None:
+        super().__init__(f"non-finite {name}={value} at step {step}")
+        self.step, self.name, self.value = step, name, value
+
+
+class Run:
+    def __init__(self, spec: AttemptSpec, channel: Channel | None = None) -> None:
+        self._spec = spec
+        self.cell: str = spec.cell
+        self.cfg: dict[str, Any] = spec.cfg
+        self.attempt: int = spec.attempt
+        self.previous_reason: str | None = spec.previous_reason
+        self.root = Path(spec.root)
+        self.paths = CellPaths(self.root, spec.cell)
+        settings = Settings.from_json(spec.settings)
+        self._policy: CheckpointPolicy = settings.checkpoint
+        self._metric: Metric | None = settings.metric
+        self._channel = channel or Channel(None)
+        self._snap = snapshot.Snapshotter()
+        self._guard = snapshot.StepGuard()  # optimizer.step() waits for a late copy
+        self._overlap = self._policy.overlap
+        self._writer = checkpoint.AsyncWriter()
+        self._lock = threading.Lock()  # guards _manifests (training thread vs writer thread)
+        self._manifests = manifest.committed_manifests(self.paths)
+        self._last_scheduled = -1
+        self._last_time = time.monotonic()
+        self._state_ref: dict[str, Any] | None = None
+        self._pending: dict[str, Any] = {}
+        self._last_send = 0.0
+        self.start_step = 0
+        self.start_sha: str | None = None
+        self.last_step = 0
+        self.epoch: float | None = None
+        self.total_steps: int | None = None
+        self.total_epochs: float | None = None
+        self.best: float | None = None
+        self.best_step: int | None = None
+        self.nan_step: int | None = None
+        self.final_metrics: dict[str, Any] | None = None
+        self.stall_seconds: list[float] = []
+        self.corrupt: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+
+    # -- the public API ---------------------------------------------------------
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a preemption signal (SIGTERM, SIGINT, SIGUSR1, SIGHUP) arrived."""
+        return signals.requested()
+
+    def restore(self, state: dict[str, Any], map_location: str | torch.device | None = None) -> bool:
+        """Fill `state` in place from the newest verified checkpoint; False when starting fresh.
+
+        Objects with `load_state_dict` are loaded, other entries replaced, and the
+        RNG states (python, numpy, torch, CUDA) restored. A checkpoint that fails
+        verification is moved aside and the previous one used.
+        """
+        max_step = self._rollback_target()
+        loaded = checkpoint.load_newest(self.paths, max_step, on_corrupt=self._report_corrupt)
+        self._state_ref = state
+        if loaded is None:
+            self._channel.send("fresh", rollback=max_step is not None, none_verified=bool(self.corrupt))
+            return False
+        self._supersede_after(loaded.step, "abandoned: the attempt resumed from an earlier step")
+        plain = loaded.state
+        if map_location is not None:
+            plain = _move(plain, torch.device(map_location))
+        serialize.load_into(state, plain)
+        if loaded.rng:
+            serialize.restore_rng(loaded.rng)
+        self.start_step = self.last_step = self._last_scheduled = loaded.step
+        self.start_sha = loaded.manifest_sha256
+        self._warn_if_changed(loaded.manifest.get("fingerprints") or {}, loaded.step)
+        self.epoch = loaded.manifest.get("epoch")
+        best = loaded.manifest.get("best") or {}
+        self.best, self.best_step = best.get("value"), best.get("step")
+        self._last_time = time.monotonic()
+        self._channel.send(
+            "resumed",
+            step=loaded.step,
+            sha=loaded.manifest_sha256,
+            path=self.paths.relative(loaded.path),
+            epoch=self.epoch,
+            metrics=loaded.manifest.get("metrics") or {},
+            rollback=max_step is not None,
+            best=self.best,
+            best_step=self.best_step,
+        )
+        return True
+
+    def checkpoint(
+        self,
+        state: dict[str, Any],
+        step: int,
+        metrics: dict[str, Any] | None = None,
+        force: bool = False,
+    ) -> bool:
+        """Commit a checkpoint when the cadence says so (or `force`); True when one is taken.
+
+        The training loop pauses only while the tensors are copied into reusable
+        CPU buffers; files, fsync and the commit happen on a background thread
+        (one write at a time). At the cadence, the weights and optimizer state
+        that only the optimizer writes are copied on that thread during the next
+        forward/backward, and the next `optimizer.step()` waits for that copy
+        (snapshot.py); a forced checkpoint copies everything before it returns.
+        A step already committed is a no-op.
+        """
+        step = int(step)
+        self._state_ref = state
+        self.last_step = max(self.last_step, step)
+        if metrics:
+            self._check_finite(step, metrics)
+            self._track_best(step, metrics)
+        if step <= self._last_scheduled or not (force or self._due(step)):
+            return False
+        self._save(state, step, metrics or {}, overlap=not force)
+        return True
+
+    def log(self, step: int, **scalars: Any) -> None:
+        """Record scalars at a step (shown by `sweepq status`; `epoch=` sets the epoch)."""
+        step = int(step)
+        self.last_step = max(self.last_step, step)
+        self._check_finite(step, scalars)
+        if "epoch" in scalars:
+            self.epoch = float(scalars["epoch"])
+        self._track_best(step, scalars)
+        self._pending.update({k: _scalar(v) for k, v in scalars.items()})
+        now = time.monotonic()
+        if now - self._last_send >= LOG_INTERVAL:
+            self._send_log()
+
+    def set_total(self, steps: int, epochs: float | None = None) -> None:
+        """Declare the cell's length, for progress and ETA."""
+        self.total_steps = int(steps)
+        self.total_epochs = None if epochs is None else float(epochs)
+        self._channel.send("total", steps=self.total_steps, epochs=self.total_epochs)
+
+    def finish(self, metrics: dict[str, Any] | None = None) -> None:
+        """Training completed: commit the last step and record the final metrics (kept in DONE.json).
+
+        For programs using `Run.from_env()` (in-process `train` returns its metrics
+        instead). Waits for the checkpoint in flight, commits a final checkpoint when
+        the last step trained is newer than the last one committed, and tells sweepq
+        that the program completed: the cell is done once the program exits 0.
+        """
+        self.final_metrics = {str(k): _scalar(v) for k, v in (metrics or {}).items()}
+        if self._state_ref is not None:  # the final checkpoint, even before the cadence's first
+            self.checkpoint(self._state_ref, self.last_step, force=True)  # (a no-op when committed)
+        self.close(completed=True)
+        reporter = getattr(self, "_reporter", None)
+        if reporter is not None:
+            reporter.finished_with(self.final_metrics)
+
+    @classmethod
+    def from_env(cls, required: bool = True) -> Run | None:
+        """The Run of a program that sweepq started as a subprocess cell (`program:`, W&B files).
+
+        Same API as in-process training: restore, checkpoint, log, set_total,
+        should_stop, plus `finish(metrics)` at the end. It installs the preemption
+        signal handlers, and hooks that report how the program ended: an uncaught
+        DataError, MemoryError or non-finite loss ends the attempt `data_error`,
+        `oom` or `nan` as in-process, and the checkpoint being written when the
+        program exits is waited for. Call it once, in one process (rank 0 under DDP).
+
+        Outside sweepq it raises RuntimeError, or returns None when `required=False`
+        (so one script runs both under sweepq and on its own).
+        """
+        existing = getattr(cls, "_from_env", None)
+        if existing is not None:
+            return existing
+        path = os.environ.get(ENV_ATTEMPT_FILE)
+        if not path:
+            if not required:
+                return None
+            raise RuntimeError(
+                f"Run.from_env() found no {ENV_ATTEMPT_FILE}: this program was not started by sweepq "
+                "(use Run.from_env(required=False) to run it on its own too)"
+            )
+        from sweepq.execution import program
+        from sweepq.queue.lock import ENV_LOCK_FD, verify_inherited
+
+        signals.install()
+        lock_fd = os.environ.get(ENV_LOCK_FD)
+        if lock_fd:
+            verify_inherited(int(lock_fd))  # never a second writer of this cell's checkpoints
+        run = cls(AttemptSpec.load(Path(path)), Channel.from_env())
+        run._reporter = program.attach(run)  # type: ignore[attr-defined]
+        Run._from_env = run  # type: ignore[attr-defined]
+        return run
+
+    # -- used by the attempt runner ------------------------------------------------
+
+    def close(self, completed: bool) -> None:
+        """Wait for the write in flight; on completion make sure the last step is committed."""
+        self._writer.flush()
+        self._guard.remove()
+        # The final state is committed even when the cadence never came due (short cells).
+        if completed and self._state_ref is not None and self.last_step > self._last_scheduled:
+            self._save(self._state_ref, self.last_step, {})
+            self._writer.flush()
+        self._send_log()
+
+    def newest_committed(self) -> tuple[int, dict[str, Any]] | None:
+        with self._lock:
+            if not self._manifests:
+                return None
+            step = max(self._manifests)
+            return step, self._manifests[step]
+
+    # -- internals ----------------------------------------------------------------
+
+    def _due(self, step: int) -> bool:
+        p = self._policy
+        if p.every_steps and step - max(self._last_scheduled, 0) >= p.every_steps:
+            return True
+        elapsed = time.monotonic() - self._last_time
+        if p.every_seconds and elapsed >= p.every_seconds:
+            return True
+        return p.auto and elapsed >= self._auto_interval()
+
+    def _auto_interval(self) -> float:
+        """Often enough to lose little, rarely enough that checkpoints cost ~AUTO_OVERHEAD of the run.
+
+        The cost of the last checkpoint is its pause plus its background write,
+        measured once that write finished (the write competes for the CPU).
+        """
+        if not self.stall_seconds:
+            return AUTO_FIRST
+        cost = self.stall_seconds[-1] + (0.0 if self._writer.busy else self._writer.last_seconds)
+        return min(AUTO_MAX_INTERVAL, max(AUTO_MIN_INTERVAL, cost / AUTO_OVERHEAD))
+
+    def _save(self, state: dict[str, Any], step: int, metrics: dict[str, Any], overlap: bool = False) -> None:
+        t0 = time.perf_counter()
+        rng = serialize.capture_rng()
+        skeleton, tensors = serialize.flatten(state)
+        self._writer.flush()  # at most one write in flight; raises its error if it failed
+        late = self._guard.owned(state) if overlap and self._overlap else frozenset()
+        snap = self._snap.take(tensors, late)
+        meta = {
+            "cell": self.cell,
+            "attempt": self.attempt,
+            "epoch": self.epoch,
+            "metrics": {k: _scalar(v) for k, v in metrics.items()},
+            "best": {"value": self.best, "step": self.best_step},  # the metric's best so far, resumed with it
+            "cfg_hash": self._spec.cfg_hash,
+            "fingerprints": self._spec.fingerprints,
+        }
+        self._last_scheduled = step
+        self._writer.submit(lambda: self._commit_snapshot(step, snap, skeleton, rng, meta))
+        self._guard.arm(snap)  # after the job is handed over: a copy that never starts never holds a step
+        stall = time.perf_counter() - t0
+        self.stall_seconds.append(stall)
+        self._last_time = time.monotonic()
+
+    def _commit_snapshot(
+        self, step: int, snap: snapshot.Snapshot, skeleton: Any, rng: dict[str, Any], meta: dict[str, Any]
+    ) -> None:
+        """On the writer thread: finish the snapshot's copy, then commit it."""
+        try:
+            snap.finish()
+        except snapshot.SnapshotRaced as e:
+            self._refuse_raced(step, e)
+            return
+        self._commit(step, *serialize.with_rng(skeleton, snap.buffers, rng), meta, snap.image)
+
+    def _refuse_raced(self, step: int, e: snapshot.SnapshotRaced) -> None:
+        """The copy saw a state that never existed: commit nothing, and copy everything up front from now on."""
+        self._overlap = False
+        with self._lock:  # so that close() commits the final step even if this was it
+            self._last_scheduled = max(self._manifests, default=self.start_step)
+        note = (
+            f"checkpoint at step {step} not committed: {e}; later checkpoints of this attempt copy "
+            "everything before run.checkpoint returns (set checkpoint: {overlap: false} to start that way)"
+        )
+        print(f"sweepq warning: {self.cell}: {note}", file=sys.stderr, flush=True)
+        self.warnings.append(note)
+        self._channel.send("warning", event="snapshot_raced", step=step, notes=[note])
+
+    def _commit(
+        self, step: int, skeleton: Any, buffers: dict[str, torch.Tensor], meta: dict[str, Any], image: Files | None
+    ) -> None:
+        # Checkpoints at or after this step belong to an abandoned timeline (this
+        # attempt never scheduled them): a resume must never land on them.
+        self._supersede_after(step - 1, "abandoned: training restarted from an earlier step")
+        c = checkpoint.write_checkpoint(self.paths.checkpoints, step, skeleton, buffers, meta, image)
+        with self._lock:
+            self._manifests[step] = {"step": step, "metrics": c.metrics, "epoch": c.epoch}
+        self._channel.send(
+            "ckpt",
+            step=step,
+            epoch=c.epoch,
+            metrics=c.metrics,
+            path=self.paths.relative(c.path),
+            sha=c.manifest_sha256,
+            size=c.size_bytes,
+            created_at=c.created_at,
+            attempt=self.attempt,
+        )
+        self._retain()
+
+    def _retain(self) -> None:
+        metric = (self._metric.name, self._metric.goal) if self._metric and self._policy.keep_best else None
+        with self._lock:
+            keep = manifest.to_keep(self._manifests, self._policy.keep_last, metric, set())
+            drop = sorted(set(self._manifests) - keep)
+        for step in drop:
+            manifest.delete(self.paths.checkpoint(step))
+            with self._lock:
+                self._manifests.pop(step, None)
+        if drop:
+            self._channel.send("superseded", steps=drop, note="retention")
+
+    def _supersede_after(self, step: int, note: str) -> None:
+        with self._lock:
+            later = sorted(s for s in self._manifests if s > step)
+        for s in later:
+            manifest.delete(self.paths.checkpoint(s))
+            with self._lock:
+                self._manifests.pop(s, None)
+        if later:
+            self._channel.send("superseded", steps=later, note=note)
+
+    def _warn_if_changed(self, then: dict[str, Any], step: int) -> None:
+        """Resuming weights under different code or data is usually a mistake: say so."""
+        notes = fingerprint.changes(then, self._spec.fingerprints)
+        if not notes:
+            return
+        for note in notes:
+            print(f"sweepq warning: resuming {self.cell} from step {step}: {note}", file=sys.stderr, flush=True)
+        self.warnings.extend(notes)
+        self._channel.send("warning", event="resumed_under_changes", step=step, notes=notes)
+
+    def _rollback_target(self) -> int | None:
+        """After a `nan`: resume from the checkpoint before the one the bad interval started from."""
+        with self._lock:
+            return manifest.rollback_limit(list(self._manifests), self._spec.nan_step)
+
+    def _report_corrupt(self, step: int, why: str, moved: Path) -> None:
+        self.corrupt.append({"step": step, "why": why})
+        with self._lock:
+            self._manifests.pop(step, None)
+        self._channel.send("corrupt", step=step, why=why, moved_to=self.paths.relative(moved))
+
+    def _check_finite(self, step: int, scalars: dict[str, Any]) -> None:
+        for name, value in scalars.items():
+            if "loss" not in name.lower():
+                continue
+            v = _scalar(value)
+            if isinstance(v, float) and not math.isfinite(v):
+                self.nan_step = step if self.nan_step is None else self.nan_step
+                raise NonFiniteLoss(step, name, v)
+
+    def _track_best(self, step: int, scalars: dict[str, Any]) -> None:
+        if self._metric is None or self._metric.name not in scalars:
+            return
+        v = _scalar(scalars[self._metric.name])
+        if not isinstance(v, (int, float)) or not math.isfinite(v):
+            return
+        better = self.best is None or (v > self.best if self._metric.goal == "max" else v < self.best)
+        if better:
+            self.best, self.best_step = float(v), step
+
+    def _send_log(self) -> None:
+        self._last_send = time.monotonic()
+        self._channel.send(
+            "log",
+            step=self.last_step,
+            epoch=self.epoch,
+            scalars=self._pending,
+            best=self.best,
+            best_step=self.best_step,
+        )
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        v = v.detach()
+        return v.item() if v.numel() == 1 else v.tolist()
+    if hasattr(v, "item") and callable(v.item):
+        try:
+            return v.item()
+        except (TypeError, ValueError):
+            return v
+    return v
+
+
+def _move(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _move(v, device) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_move(v, device) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_move(v, device) for v in obj)
+    return obj

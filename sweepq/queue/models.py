@@ -1,0 +1,171 @@
+"""The database schema as typed SQLAlchemy models.
+
+Only store.py reads and writes these rows; everyone else gets frozen records.
+The schema is created by the alembic migrations in migrations/ (a test checks
+that migrating an empty database yields exactly these tables).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps stored as naive UTC and returned timezone-aware.
+
+    SQLite has no time zones; normalising on the way in and out keeps every
+    comparison in UTC whatever the database (PostgreSQL included).
+    """
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database; use UTC-aware datetimes")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        datetime: UTCDateTime,
+    }
+
+
+class SweepRow(Base):
+    """One row: the sweep's identity and the settings workers need (no YAML required)."""
+
+    __tablename__ = "sweep"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    spec_path: Mapped[str | None] = mapped_column(Text)
+    settings: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class CellRow(Base):
+    __tablename__ = "cells"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "G.I"
+    group_number: Mapped[int]
+    index: Mapped[int]
+    group_name: Mapped[str] = mapped_column(String(200))
+    cfg: Mapped[dict[str, Any]]
+    cfg_hash: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(default=0)
+    last_reason: Mapped[str | None] = mapped_column(String(16))
+    retry_after: Mapped[datetime | None]
+    # Attempts numbered above this count against the retry budgets
+    # (`sweepq retry` gives a fresh budget by raising it).
+    budget_base: Mapped[int] = mapped_column(default=0)
+    # Where the last attempt saw a non-finite loss: the next attempt rolls back
+    # to the checkpoint before the one preceding it (cleared when claimed).
+    nan_step: Mapped[int | None]
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    removed: Mapped[bool] = mapped_column(default=False)  # gone from the sweep file
+    step: Mapped[int | None]
+    total_steps: Mapped[int | None]
+    epoch: Mapped[float | None]
+    total_epochs: Mapped[float | None]
+    metrics: Mapped[dict[str, Any] | None]
+    best: Mapped[float | None]
+    best_step: Mapped[int | None]
+    progress_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        Index("ix_cells_order", "group_number", "index"),
+        Index("ix_cells_state", "state"),
+    )
+
+
+class AttemptRow(Base):
+    """The receipt of one process's try at a cell."""
+
+    __tablename__ = "attempts"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    cell_id: Mapped[str] = mapped_column(String(32), ForeignKey("cells.id"))
+    number: Mapped[int]
+    worker: Mapped[str] = mapped_column(String(200))
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int | None]  # the training process
+    worker_pid: Mapped[int | None]
+    gpus: Mapped[list[Any] | None]
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+    start_step: Mapped[int] = mapped_column(default=0)
+    start_checkpoint_sha: Mapped[str | None] = mapped_column(String(64))
+    nan_step: Mapped[int | None]  # the previous attempt's bad step this one rolled back from
+    end_step: Mapped[int | None]
+    reason: Mapped[str | None] = mapped_column(String(16))
+    exit_code: Mapped[int | None]
+    exit_signal: Mapped[int | None]
+    error_tail: Mapped[str | None] = mapped_column(Text)
+    wall_seconds: Mapped[float | None]
+    gpu_seconds: Mapped[float | None]
+    peak_memory_bytes: Mapped[int | None]
+    peak_gpu_memory_bytes: Mapped[int | None]
+    environment: Mapped[dict[str, Any] | None]
+    code_fingerprint: Mapped[dict[str, Any] | None]
+    data_fingerprint: Mapped[dict[str, Any] | None]
+    note: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        UniqueConstraint("cell_id", "number", name="uq_attempts_cell_number"),
+        Index("ix_attempts_started", "started_at"),
+    )
+
+
+class CheckpointRow(Base):
+    """A committed checkpoint as the database knows it (the manifest on disk is the truth)."""
+
+    __tablename__ = "checkpoints"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    cell_id: Mapped[str] = mapped_column(String(32), ForeignKey("cells.id"))
+    step: Mapped[int]
+    epoch: Mapped[float | None]
+    state: Mapped[str] = mapped_column(String(16))
+    metrics: Mapped[dict[str, Any] | None]
+    path: Mapped[str] = mapped_column(Text)  # relative to the root
+    manifest_sha256: Mapped[str | None] = mapped_column(String(64))
+    attempt: Mapped[int | None]
+    size_bytes: Mapped[int | None]
+    created_at: Mapped[datetime]
+    note: Mapped[str | None] = mapped_column(Text)
+
+    # Not unique: a corrupt checkpoint keeps its row (moved aside) when a later
+    # attempt commits the same step again.
+    __table_args__ = (Index("ix_checkpoints_cell_step", "cell_id", "step"),)
+
+
+class EventRow(Base):
+    """A cell's history beyond its attempts: drift accepted, repairs, user commands."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    cell_id: Mapped[str | None] = mapped_column(String(32))
+    at: Mapped[datetime]
+    kind: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[dict[str, Any] | None]
+
+    __table_args__ = (Index("ix_events_cell", "cell_id"),)

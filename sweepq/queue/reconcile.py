@@ -1,0 +1,76 @@
+"""Reconciling a sweep file with its root: new cells appended, changed cells refused, gone cells reported.
+
+Computed first from a read, without writing (so bad input leaves nothing
+behind), then computed again and written inside one write transaction by
+Store.apply_reconcile (so two launches starting at once agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweepq.errors import DriftError
+from sweepq.spec.sweep import CellSpec, Sweep
+
+
+@dataclass
+class ReconcilePlan:
+    new: list[CellSpec] = field(default_factory=list)
+    changed: list[tuple[CellSpec, dict[str, Any]]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # in the root, gone from the file
+    returned: list[str] = field(default_factory=list)  # gone earlier, back in the file now
+    unchanged: int = 0
+
+
+def flat(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """{"optim": {"lr": 1}} -> {"optim.lr": 1}: the paths a user reads in a diff."""
+    if not isinstance(cfg, dict) or not cfg:
+        return {prefix: cfg} if prefix else {}
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def cfg_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """path -> [old, new] for every path that differs (missing is None)."""
+    a, b = flat(old), flat(new)
+    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) or (k in a) != (k in b)}
+
+
+def plan(sweep: Sweep, existing: dict[str, tuple[str, dict[str, Any], bool]], accept_changed: bool) -> ReconcilePlan:
+    """Compare the file's cells with the root's; raise DriftError on changed cfgs unless accepted."""
+    p = ReconcilePlan()
+    in_file = set()
+    for cell in sweep.cells:
+        in_file.add(cell.id)
+        if cell.id not in existing:
+            p.new.append(cell)
+            continue
+        old_hash, old_cfg, removed = existing[cell.id]
+        if removed:
+            p.returned.append(cell.id)
+        if old_hash != cell.cfg_hash:
+            p.changed.append((cell, cfg_diff(old_cfg, cell.cfg)))
+        else:
+            p.unchanged += 1
+    p.removed = [cid for cid, (_, _, removed) in existing.items() if cid not in in_file and not removed]
+    if p.changed and not accept_changed:
+        raise DriftError(drift_message(sweep, p.changed))
+    return p
+
+
+def drift_message(sweep: Sweep, changed: list[tuple[CellSpec, dict[str, Any]]]) -> str:
+    lines = [
+        f"{sweep.path.name} now gives {len(changed)} existing cell(s) a different cfg; "
+        "their checkpoints and results belong to the old one:"
+    ]
+    for cell, diff in changed:
+        parts = ", ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in diff.items())
+        lines.append(f"  {cell.id}: {parts}")
+    lines.append(
+        "Nothing was changed. Put the new values in new cells (a new group), use a new root, or "
+        "relaunch with --accept-changed to give these cells the new cfg (recorded in their history)."
+    )
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""Frozen records that the store hands out; callers never hold a session or a row.
+
+`to_json()` gives the stable machine format of `status --json`, `show --json`
+and `attempts --json` (field names are part of the contract).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sweepq.atomic import atomic_write_json, read_json
+from sweepq.queue.states import CellState
+
+ENV_ATTEMPT_FILE = "SWEEPQ_ATTEMPT_FILE"
+
+
+def iso(t: datetime | None) -> str | None:
+    """ISO-8601 UTC with a Z, second precision is not enough for receipts: keep microseconds."""
+    return None if t is None else t.isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    id: str
+    group: int
+    index: int
+    group_name: str
+    cfg: dict[str, Any]
+    cfg_hash: str
+    state: CellState
+    attempts: int
+    last_reason: str | None
+    retry_after: datetime | None
+    step: int | None
+    total_steps: int | None
+    epoch: float | None
+    total_epochs: float | None
+    metrics: dict[str, Any]
+    best: float | None
+    best_step: int | None
+    removed: bool
+    cancel_requested: bool
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @property
+    def progress(self) -> float | None:
+        if self.state is CellState.DONE:
+            return 1.0
+        if not self.total_steps or self.step is None:
+            return None
+        return max(0.0, min(1.0, self.step / self.total_steps))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cell": self.id,
+            "group": self.group_name,
+            "state": str(self.state),
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "epoch": self.epoch,
+            "total_epochs": self.total_epochs,
+            "progress": self.progress,
+            "attempts": self.attempts,
+            "last_reason": self.last_reason,
+            "metrics": self.metrics,
+            "best": self.best,
+            "best_step": self.best_step,
+            "retry_after": iso(self.retry_after),
+            "removed": self.removed,
+            "updated_at": iso(self.updated_at),
+            "finished_at": iso(self.finished_at),
+        }
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    cell: str
+    number: int
+    worker: str
+    host: str
+    pid: int | None
+    worker_pid: int | None
+    gpus: list[Any]
+    started_at: datetime
+    ended_at: datetime | None
+    start_step: int
+    start_checkpoint_sha: str | None
+    nan_step: int | None
+    end_step: int | None
+    reason: str | None
+    exit_code: int | None
+    exit_signal: int | None
+    error_tail: str | None
+    wall_seconds: float | None
+    gpu_seconds: float | None
+    peak_memory_bytes: int | None
+    peak_gpu_memory_bytes: int | None
+    environment: dict[str, Any]
+    code_fingerprint: dict[str, Any]
+    data_fingerprint: dict[str, Any]
+    note: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["started_at"] = iso(self.started_at)
+        d["ended_at"] = iso(self.ended_at)
+        return d
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    cell: str
+    step: int
+    epoch: float | None
+    state: str
+    metrics: dict[str, Any]
+    path: str  # relative to the root
+    manifest_sha256: str | None
+    attempt: int | None
+    size_bytes: int | None
+    created_at: datetime
+    note: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["created_at"] = iso(self.created_at)
+        return d
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    cell: str | None
+    at: datetime
+    kind: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell": self.cell, "at": iso(self.at), "kind": self.kind, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Who claims: written into every attempt's receipt."""
+
+    worker: str  # "<host>:<pid>" unless named
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker won: the attempt it must run now."""
+
+    cell: str
+    number: int
+    cfg: dict[str, Any]
+    nan_step: int | None  # after a `nan`: the bad step; resume from before the checkpoint preceding it
+    previous_reason: str | None
+
+
+@dataclass
+class Outcome:
+    """How an attempt ended, as known by whoever closes it (worker, orphan, reaper)."""
+
+    reason: str
+    end_step: int | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    error_tail: str | None = None
+    wall_seconds: float | None = None
+    gpu_seconds: float | None = None
+    peak_memory_bytes: int | None = None
+    peak_gpu_memory_bytes: int | None = None
+    note: str | None = None
+    metrics: dict[str, Any] | None = None  # final metrics (completed)
+    nan_step: int | None = None  # step at which a non-finite loss was seen
+    pid: int | None = None
+    gpus: list[Any] | None = None
+    environment: dict[str, Any] | None = None
+    code_fingerprint: dict[str, Any] | None = None
+    data_fingerprint: dict[str, Any] | None = None
+    start_step: int | None = None
+    start_checkpoint_sha: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Outcome:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class AttemptSpec:
+    """What a worker tells a training process about its attempt (attempts/<n>/attempt.json)."""
+
+    root: str
+    cell: str
+    attempt: int
+    cfg: dict[str, Any]
+    cfg_hash: str
+    settings: dict[str, Any]
+    nan_step: int | None = None
+    previous_reason: str | None = None
+    worker_pid: int | None = None
+    fingerprints: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path: Path) -> None:
+        atomic_write_json(path, self.__dict__)
+
+    @classmethod
+    def load(cls, path: Path) -> AttemptSpec:
+        return cls(**read_json(path))

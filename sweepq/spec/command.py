@@ -1,0 +1,242 @@
+"""Command macros for subprocess cells (`program:` sweeps and W&B sweep files).
+
+A command is a list of tokens. A token that is exactly a macro (`${args}`) expands
+to zero or more argv tokens; `${envvar:NAME}` may also sit inside a longer token, as
+in W&B. Any other `${...}` inside a longer token is refused: W&B would pass it to
+the program literally, which is never what the author meant.
+
+Values print the way W&B's agent prints them (`f"--{key}={value}"`, so Python's
+`str`: `True`, `None`, `1e-05`, `{'lr': 0.1}`). In a W&B file `${args}` gives one
+flag per top-level key; in the grouped form it gives one flag per leaf path
+(`--optim.lr=0.1`), which W&B files can ask for with sweepq's `${args_flat}`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sweepq.errors import SpecError
+
+if TYPE_CHECKING:
+    from sweepq.spec.types import Settings
+
+#: W&B's default command, also sweepq's default for `program:` sweeps.
+DEFAULT_COMMAND: tuple[str, ...] = ("${env}", "${interpreter}", "${program}", "${args}")
+
+#: Macros that hand the cell's parameters to the program.
+ARGS_MACROS = frozenset(
+    {
+        "args",
+        "args_no_hyphens",
+        "args_no_boolean_flags",
+        "args_no_equals",  # W&B's agent has it too, though its docs do not list it
+        "args_json",
+        "args_json_file",
+        "args_flat",
+    }
+)
+MACROS = ARGS_MACROS | {"env", "interpreter", "program"}
+
+ENV_BINARY = "/usr/bin/env"
+
+_MACRO = re.compile(r"\$\{([^}]*)\}")
+_ENVVAR = re.compile(r"envvar:([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class CommandProblem:
+    """One invalid command token: its 1-based position, what is wrong, the fix."""
+
+    position: int
+    token: str
+    problem: str
+    fix: str
+
+
+def check_command(tokens: Sequence[str]) -> list[CommandProblem]:
+    """Every macro problem in a command template (empty when it is valid)."""
+    problems = []
+    for position, token in enumerate(tokens, start=1):
+        problem = _token_problem(position, token)
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def _token_problem(position: int, token: str) -> CommandProblem | None:
+    whole = _whole_macro(token)
+    if whole is not None:
+        if whole in MACROS or _ENVVAR.fullmatch(whole):
+            return None
+        return CommandProblem(
+            position,
+            token,
+            f"unknown macro {token} (W&B would drop it silently)",
+            "Use one of " + ", ".join(f"${{{m}}}" for m in sorted(MACROS)) + " or ${envvar:NAME}",
+        )
+    for match in _MACRO.finditer(token):
+        if not _ENVVAR.fullmatch(match.group(1)):
+            return CommandProblem(
+                position,
+                token,
+                f"the macro {match.group(0)} is inside the longer token {token!r}, where it is not "
+                "expanded (only ${envvar:NAME} is)",
+                f"Make {match.group(0)} a token of its own",
+            )
+    return None
+
+
+def command_uses_args(tokens: Sequence[str]) -> bool:
+    """True when some token hands the cell's parameters to the program."""
+    return any(_whole_macro(token) in ARGS_MACROS for token in tokens)
+
+
+def render_command(
+    settings: Settings,
+    cfg: Mapping[str, Any],
+    *,
+    args_json_file: str,
+    environ: Mapping[str, str],
+) -> list[str]:
+    """The argv of one cell: the sweep's command template with its macros expanded.
+
+    `args_json_file` is the path `${args_json_file}` stands for (the caller writes
+    `args_json(cfg)` there). Raises SpecError for an unset `${envvar:NAME}`, a
+    `${program}` without a program, or an invalid template.
+    """
+    tokens = list(settings.command) if settings.command is not None else list(DEFAULT_COMMAND)
+    problems = check_command(tokens)
+    if problems:
+        first = problems[0]
+        raise SpecError(f"sweep {settings.name!r}: command token {first.position}: {first.problem}. {first.fix}.")
+    argv: list[str] = []
+    for token in tokens:
+        name = _whole_macro(token)
+        if name is not None and name in MACROS:
+            argv.extend(_expand(name, settings, cfg, args_json_file))
+        else:
+            argv.append(_substitute_envvars(token, environ, settings.name))
+    return argv
+
+
+def _whole_macro(token: str) -> str | None:
+    match = _MACRO.fullmatch(token)
+    return match.group(1) if match else None
+
+
+def _expand(name: str, settings: Settings, cfg: Mapping[str, Any], args_json_file: str) -> list[str]:
+    if name == "env":
+        return [ENV_BINARY]
+    if name == "interpreter":
+        return [settings.interpreter]
+    if name == "program":
+        if settings.program is None:
+            raise SpecError(
+                f"sweep {settings.name!r}: the command uses ${{program}} but the sweep has no `program:`. "
+                "Add `program: train.py` or remove ${program} from the command."
+            )
+        return [settings.program]
+    if name == "args_json":
+        return [args_json(cfg)]
+    if name == "args_json_file":
+        return [args_json_file]
+    items = flat_items(cfg) if name == "args_flat" else args_items(cfg, settings.form)
+    return _FLAG_STYLES[name](items)
+
+
+def _substitute_envvars(token: str, environ: Mapping[str, str], sweep_name: str) -> str:
+    def value_of(match: re.Match[str]) -> str:
+        variable = _ENVVAR.fullmatch(match.group(1)).group(1)  # type: ignore[union-attr]
+        if variable not in environ:
+            raise SpecError(
+                f"sweep {sweep_name!r}: the command uses ${{envvar:{variable}}} but the environment "
+                f"variable {variable} is not set. Set it where the sweep is launched (export "
+                f"{variable}=...) or remove it from the command."
+            )
+        return environ[variable]
+
+    return _MACRO.sub(value_of, token)
+
+
+def args_items(cfg: Mapping[str, Any], form: str) -> list[tuple[str, Any]]:
+    """The (name, value) pairs that `${args}` prints for this sweep form.
+
+    W&B form: one pair per top-level key (a nested mapping is one value); grouped
+    form: one pair per leaf, named by its dotted path.
+    """
+    if form == "wandb":
+        return sorted(cfg.items())
+    return flat_items(cfg)
+
+
+def flat_items(cfg: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """One (dotted.path, value) pair per leaf, keys sorted at every level.
+
+    Lists are leaves; an empty mapping is a leaf too, so that no key disappears.
+    """
+    items: list[tuple[str, Any]] = []
+    for key, value in sorted(cfg.items()):
+        if isinstance(value, Mapping) and value:
+            items.extend((f"{key}.{sub}", leaf) for sub, leaf in flat_items(value))
+        else:
+            items.append((key, value))
+    return items
+
+
+def args_json(cfg: Mapping[str, Any]) -> str:
+    """The cfg as `${args_json}` passes it (and the args JSON file holds): one JSON text."""
+    return json.dumps(cfg, sort_keys=True)
+
+
+def _flags(items: list[tuple[str, Any]]) -> list[str]:
+    return [f"--{name}={value}" for name, value in items]
+
+
+def _flags_no_hyphens(items: list[tuple[str, Any]]) -> list[str]:
+    return [f"{name}={value}" for name, value in items]
+
+
+def _flags_no_boolean(items: list[tuple[str, Any]]) -> list[str]:
+    # W&B's rule: true booleans become bare flags, false ones disappear.
+    flags = []
+    for name, value in items:
+        if isinstance(value, bool):
+            if value:
+                flags.append(f"--{name}")
+        else:
+            flags.append(f"--{name}={value}")
+    return flags
+
+
+def _flags_no_equals(items: list[tuple[str, Any]]) -> list[str]:
+    argv = []
+    for name, value in items:
+        argv += [f"--{name}", f"{value}"]
+    return argv
+
+
+_FLAG_STYLES = {
+    "args": _flags,
+    "args_flat": _flags,
+    "args_no_hyphens": _flags_no_hyphens,
+    "args_no_boolean_flags": _flags_no_boolean,
+    "args_no_equals": _flags_no_equals,
+}
+
+__all__ = [
+    "ARGS_MACROS",
+    "DEFAULT_COMMAND",
+    "ENV_BINARY",
+    "MACROS",
+    "CommandProblem",
+    "args_items",
+    "args_json",
+    "check_command",
+    "command_uses_args",
+    "flat_items",
+    "render_command",
+]

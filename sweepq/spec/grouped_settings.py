@@ -1,0 +1,188 @@
+"""Run settings of the grouped sweep form: what to run and how.
+
+`grouped_settings` reads the entry point (`train:`, or `program:` with
+`command:` and `interpreter:`), `checkpoint:`, `metric:`, `retries:`,
+`max_attempt_seconds:` and `data:` into the `Settings` a worker runs cells with.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sweepq.spec.read import (
+    SpecContext,
+    check_keys,
+    describe,
+    optional_str,
+    read_command,
+    read_goal,
+    read_int,
+    read_number,
+    require_mapping,
+)
+from sweepq.spec.types import (
+    DEFAULT_BACKOFF_MAX_SECONDS,
+    DEFAULT_BACKOFF_SECONDS,
+    DEFAULT_RETRIES,
+    CheckpointPolicy,
+    Metric,
+    RetryPolicy,
+    Settings,
+)
+
+CHECKPOINT_KEYS = ("every_steps", "every_seconds", "keep_last", "keep_best", "overlap")
+METRIC_KEYS = ("name", "goal")
+GOALS = {"max": "max", "min": "min", "maximize": "max", "minimize": "min"}
+_TRAIN_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+_NEVER_BUDGETED = {
+    "preempted": "a preemption is never the cell's fault, so it never spends a retry",
+    "cancelled": "a cancelled cell stays cancelled, so it never spends a retry",
+    "completed": "a completed cell is done, so it never spends a retry",
+}
+
+
+def grouped_settings(ctx: SpecContext, data: dict, name: str) -> Settings:
+    train, program, command, interpreter = _read_entry_point(ctx, data)
+    return Settings(
+        name=name,
+        form="grouped",
+        spec_dir=str(ctx.spec_dir),
+        train=train,
+        program=program,
+        command=command,
+        interpreter=interpreter,
+        checkpoint=_read_checkpoint(ctx, data.get("checkpoint")),
+        metric=_read_metric(ctx, data.get("metric")),
+        retries=_read_retries(ctx, data.get("retries")),
+        max_attempt_seconds=read_number(ctx, data.get("max_attempt_seconds"), "max_attempt_seconds", above=0),
+        data=_read_data(ctx, data.get("data")),
+    )
+
+
+def _read_entry_point(ctx: SpecContext, data: dict) -> tuple[str | None, str | None, list[str] | None, str]:
+    if "train" in data and "program" in data:
+        raise ctx.error(
+            "train",
+            "both `train:` and `program:` are given, but a sweep runs one of them",
+            "Keep `train: module:function` to call Python in process, or `program: script.py` to run a subprocess",
+        )
+    if "train" not in data and "program" not in data:
+        raise ctx.error(
+            "",
+            "neither `train:` nor `program:` says what to run",
+            "Add `train: mypackage.module:train` (called as train(cfg, run)) or `program: train.py`",
+        )
+    if "train" in data:
+        for key in ("command", "interpreter"):
+            if key in data:
+                raise ctx.error(
+                    key,
+                    f"`{key}:` only applies to `program:` sweeps",
+                    f"Remove `{key}:` or use `program:` instead of `train:`",
+                )
+        return _read_train(ctx, data["train"]), None, None, "python"
+    program = optional_str(ctx, data, "program")
+    if program is None:
+        raise ctx.error("program", "is empty", "Write the script to run, e.g. program: train.py")
+    command = read_command(ctx, data["command"], numbers_as_text=False) if "command" in data else None
+    interpreter = optional_str(ctx, data, "interpreter") or "python"
+    return None, program, command, interpreter
+
+
+def _read_train(ctx: SpecContext, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ctx.error(
+            "train",
+            f"expected a string, got {describe(value)}",
+            "Write it as train: mypackage.module:function",
+        )
+    if not _TRAIN_TARGET.match(value.strip()):
+        raise ctx.error(
+            "train",
+            f"{value!r} is not an entry point",
+            "Write the module and the function separated by one colon: train: mypackage.module:function",
+        )
+    return value.strip()
+
+
+def _read_checkpoint(ctx: SpecContext, value: Any) -> CheckpointPolicy:
+    if value is None:
+        return CheckpointPolicy()
+    require_mapping(ctx, value, "checkpoint", "checkpoint: {every_steps: 200, keep_last: 3}")
+    check_keys(ctx, value, CHECKPOINT_KEYS, "checkpoint")
+    every_steps = value.get("every_steps")
+    if every_steps is not None:
+        every_steps = read_int(ctx, every_steps, "checkpoint.every_steps", minimum=1)
+    every_seconds = read_number(ctx, value.get("every_seconds"), "checkpoint.every_seconds", above=0)
+    return CheckpointPolicy(
+        every_steps=every_steps,
+        every_seconds=every_seconds,
+        auto=every_steps is None and every_seconds is None,
+        keep_last=read_int(ctx, value.get("keep_last", 3), "checkpoint.keep_last", minimum=1),
+        keep_best=_read_flag(ctx, value, "keep_best"),
+        overlap=_read_flag(ctx, value, "overlap"),
+    )
+
+
+def _read_flag(ctx: SpecContext, value: dict[str, Any], name: str) -> bool:
+    """A true/false key of `checkpoint:` (both default to true)."""
+    flag = value.get(name, True)
+    if not isinstance(flag, bool):
+        raise ctx.error(
+            f"checkpoint.{name}",
+            f"expected true or false, got {describe(flag)}",
+            f"Write {name}: true or {name}: false",
+        )
+    return flag
+
+
+def _read_metric(ctx: SpecContext, value: Any) -> Metric | None:
+    if value is None:
+        return None
+    require_mapping(ctx, value, "metric", "metric: {name: val_acc, goal: max}")
+    check_keys(ctx, value, METRIC_KEYS, "metric")
+    name = optional_str(ctx, value, "name", "metric")
+    if name is None:
+        raise ctx.error(
+            "metric",
+            "has no `name:`",
+            "Name the metric train returns or logs: metric: {name: val_acc, goal: max}",
+        )
+    return Metric(name, read_goal(ctx, value.get("goal", "max"), "metric.goal", GOALS))
+
+
+def _read_retries(ctx: SpecContext, value: Any) -> RetryPolicy:
+    if value is None:
+        return RetryPolicy()
+    require_mapping(ctx, value, "retries", "retries: {lost: 3, oom: 1, nan: 2, error: 0}")
+    budgets = dict(DEFAULT_RETRIES)
+    backoff = {"backoff_seconds": DEFAULT_BACKOFF_SECONDS, "backoff_max_seconds": DEFAULT_BACKOFF_MAX_SECONDS}
+    for key, number in value.items():
+        where = f"retries.{key}"
+        if key in _NEVER_BUDGETED:
+            raise ctx.error(where, f"{key} has no retry budget: {_NEVER_BUDGETED[key]}", f"Remove `{key}:`")
+        if key in budgets:
+            budgets[key] = read_int(ctx, number, where, minimum=0)
+        elif key in backoff:
+            backoff[key] = read_number(ctx, number, where, above=None, at_least=0)
+        else:
+            raise ctx.error(
+                where,
+                f"unknown key {key!r} in retries",
+                "Known keys: " + ", ".join([*DEFAULT_RETRIES, *backoff]) + ". Check the spelling or remove it",
+            )
+    return RetryPolicy(budgets=budgets, **backoff)
+
+
+def _read_data(ctx: SpecContext, value: Any) -> list[str]:
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) and item.strip() for item in items):
+        raise ctx.error(
+            "data",
+            f"expected a path or a list of paths, got {describe(value)}",
+            "Write data: [data/train, data/val]",
+        )
+    return [ctx.resolve(item) for item in items]

@@ -1,0 +1,138 @@
+"""The sweep's data model: what a parsed sweep file becomes.
+
+Frozen dataclasses (`Sweep`, its `GroupSpec`s and `CellSpec`s, and the
+`Settings` a worker runs cells with), the retry and cell-count defaults, and
+`cfg_hash`, which names a cell's cfg. No parsing happens here; `sweepq.spec`
+re-exports every name, and other modules import them from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+#: Termination reasons that may carry a retry budget, with their defaults.
+#: `preempted` never spends a budget; `completed` and `cancelled` end the cell.
+DEFAULT_RETRIES: dict[str, int] = {
+    "lost": 3,
+    "oom": 1,
+    "nan": 2,
+    "error": 0,
+    "data_error": 0,
+    "timeout": 1,
+}
+DEFAULT_BACKOFF_SECONDS = 30.0
+DEFAULT_BACKOFF_MAX_SECONDS = 1800.0
+DEFAULT_MAX_CELLS = 10_000
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """`checkpoint:` in the grouped form.
+
+    every_steps: commit when this many steps passed since the last commit (None: off).
+    every_seconds: commit when this many seconds passed (None: off).
+    auto: True when neither cadence was written; the runtime then derives the
+        cadence from the measured cost of a checkpoint.
+    keep_last: committed checkpoints kept besides the best and the final one.
+    keep_best: also keep the best checkpoint by the sweep's metric.
+    overlap: copy the tensors only the optimizer writes during the next
+        forward/backward instead of before run.checkpoint returns (snapshot.py).
+    """
+
+    every_steps: int | None = None
+    every_seconds: float | None = None
+    auto: bool = True
+    keep_last: int = 3
+    keep_best: bool = True
+    overlap: bool = True
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    goal: Literal["max", "min"] = "max"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries allowed per termination reason, and the back-off between them."""
+
+    budgets: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RETRIES))
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
+    backoff_max_seconds: float = DEFAULT_BACKOFF_MAX_SECONDS
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a worker needs to run cells, JSON round-trippable (stored in the database)."""
+
+    name: str
+    form: Literal["grouped", "wandb"]
+    spec_dir: str  # absolute folder of the sweep file: put on sys.path for `train:`
+    train: str | None = None  # "module:function"
+    program: str | None = None  # path as written (relative to spec_dir) for subprocess cells
+    command: list[str] | None = None  # command template tokens (macros unrendered); None = default
+    interpreter: str = "python"
+    checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    metric: Metric | None = None
+    retries: RetryPolicy = field(default_factory=RetryPolicy)
+    max_attempt_seconds: float | None = None
+    data: list[str] = field(default_factory=list)  # absolute paths of declared data
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Settings:
+        d = dict(d)
+        d["checkpoint"] = CheckpointPolicy(**d.get("checkpoint") or {})
+        d["metric"] = Metric(**d["metric"]) if d.get("metric") else None
+        d["retries"] = RetryPolicy(**d.get("retries") or {})
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    number: int  # 1-based position in the file
+    name: str
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    id: str  # "G.I"
+    group: int  # G
+    index: int  # I
+    group_name: str
+    cfg: dict[str, Any]
+    cfg_hash: str
+
+
+@dataclass(frozen=True)
+class Sweep:
+    path: Path  # the sweep file, absolute
+    settings: Settings
+    root: Path | None  # `root:` resolved against the file's folder; None if absent
+    description: str | None
+    groups: list[GroupSpec]
+    cells: list[CellSpec]  # in run order
+    warnings: list[str] = field(default_factory=list)
+    project: str | None = None  # W&B metadata, kept as is
+    entity: str | None = None
+
+
+def cfg_hash(cfg: Mapping[str, Any]) -> str:
+    """sha256 hex of the cfg's canonical JSON: sorted keys, no spaces, ASCII.
+
+    Two cfgs hash alike exactly when their JSON texts are equal, so `1` and `1.0`
+    (JSON `1` and `1.0`) or `true` and `1` hash differently, while key order
+    does not matter.
+    """
+    text = json.dumps(cfg, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
