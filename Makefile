@@ -7,13 +7,13 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast bench wheel-test clean
+.PHONY: run test test-fast check bench wheel-test clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade "pip>=23" "setuptools>=68"
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,check]"
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -22,8 +22,15 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest -q -ra; code=$$?; if [ $$code -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$code
 
+# The in-process core (tests/unit) and the quick integration tests: a loop of under a minute.
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -ra -m "not slow"
+	$(BIN)/pytest -q -ra -m "not slow and not process"
+
+# The static gate: ruff (lint) and mypy (types), settings in pyproject.toml.
+check: $(STAMP)
+	$(BIN)/ruff check sweepq tests bench migrations
+	$(BIN)/ruff format --check sweepq tests bench migrations
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	@$(BIN)/python bench/checkpoint.py $(BENCH_ARGS)

@@ -6,11 +6,14 @@ the launch process, a worker, a training process, or the whole tree at once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
 import os
 import random
 import signal
+import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -68,11 +71,7 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
             launch = start("launch", str(chaos_spec), "--no-live", cwd=chaos_dir)
         # Strike while something trains (a launch may first wait for the previous
         # generation's graceful stop), at a random moment of its training.
-        wait_for(
-            lambda: launch.poll() is not None or any(_is(p, "sweepq.execution.attempt") for p in tree(launch.pid)),
-            timeout=120,
-            what="a training process",
-        )
+        wait_for(functools.partial(_training_or_ended, launch), timeout=120, what="a training process")
         time.sleep(rng.uniform(0.2, 3.0))
         procs = tree(launch.pid)
         runners = [p for p in procs if _is(p, "sweepq.execution.attempt")]
@@ -114,7 +113,7 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
         assert [a["reason"] for a in attempts].count("completed") == 1, (cell, attempts)
         assert attempts[-1]["reason"] == "completed"
         spans = sorted((_t(a["started_at"]), _t(a["ended_at"])) for a in attempts)
-        for (_, end), (next_start, _) in zip(spans, spans[1:]):
+        for (_, end), (next_start, _) in itertools.pairwise(spans):
             assert end <= next_start, f"attempts of {cell} overlap"
         # no checkpoint that fails its manifest was ever loaded: every resume names a known manifest
         known = {k["manifest_sha256"] for k in shown["checkpoints"] if k["state"] != "corrupt"}
@@ -131,6 +130,10 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
     assert len(kills) >= 10
     resumed = [a for a in cli_json("attempts", "--root", str(root)) if a["start_step"] > 0]
     assert resumed, f"no kill landed mid-training ({kills}); the test proved nothing"
+
+
+def _training_or_ended(launch: subprocess.Popen[str]) -> bool:
+    return launch.poll() is not None or any(_is(p, "sweepq.execution.attempt") for p in tree(launch.pid))
 
 
 def _is(p: psutil.Process, needle: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import pytest
 
@@ -28,11 +29,11 @@ CFG = {
 }
 
 
-def settings(form: str = "wandb", command: list[str] | None = None, **extra) -> Settings:
+def settings(form: Literal["grouped", "wandb"] = "wandb", command: list[str] | None = None, **extra) -> Settings:
     return Settings(name="s", form=form, spec_dir="/specs", program="train.py", command=command, **extra)
 
 
-def render(form: str, *command: str, cfg=CFG, environ=None, **extra) -> list[str]:
+def render(form: Literal["grouped", "wandb"], *command: str, cfg=CFG, environ=None, **extra) -> list[str]:
     return render_command(
         settings(form, list(command) or None, **extra),
         cfg,

@@ -48,7 +48,12 @@ def program_pid(launch_pid: int, script: str) -> psutil.Process | None:
             cmd = p.cmdline()
         except psutil.Error:
             continue
-        if any(c.endswith(script) for c in cmd) and "sweepq.execution.attempt" in " ".join(p.parent().cmdline()):
+        parent = p.parent()
+        if (
+            parent is not None
+            and any(c.endswith(script) for c in cmd)
+            and "sweepq.execution.attempt" in " ".join(parent.cmdline())
+        ):
             return p
     return None
 
@@ -320,7 +325,7 @@ def test_sigkill_sent_by_sweepq_after_the_grace_period_is_a_preemption() -> None
     from sweepq.execution.program import classify_exit
 
     o = classify_exit(-9, {"reason": "completed"}, stopped=True, killed_by_us=True)
-    assert o.reason == "preempted" and "did not stop within" in o.note
+    assert o.reason == "preempted" and "did not stop within" in (o.note or "")
 
 
 def test_commands_are_printed_for_people_and_split_back_by_a_shell() -> None:

@@ -65,6 +65,7 @@ def test_design_example_settings_and_paths():
     assert settings.program is None and settings.command is None
     assert (settings.checkpoint.every_steps, settings.checkpoint.every_seconds) == (200, 300)
     assert settings.checkpoint.auto is False and settings.checkpoint.keep_last == 3
+    assert settings.metric is not None
     assert (settings.metric.name, settings.metric.goal) == ("val_acc", "max")
     assert settings.retries.budgets == {**DEFAULT_RETRIES, "lost": 3, "oom": 1, "nan": 2, "error": 0}
 
@@ -405,7 +406,8 @@ ERRORS = {
         ["token 2: the macro ${args_json} is inside the longer token", "own"],
     ),
     "more cells than max_cells": (
-        "train: m:f\nmax_cells: 5\ngroups: [{name: a, grid: {x: [1, 2, 3]}}, {name: b, grid: {x: [1, 2], y: [1, 2]}}]\n",
+        "train: m:f\nmax_cells: 5\n"
+        "groups: [{name: a, grid: {x: [1, 2, 3]}}, {name: b, grid: {x: [1, 2], y: [1, 2]}}]\n",
         ["sweep.yaml: max_cells: the sweep expands to 7 cells (a: 3, b: 4), more than max_cells (5)", "max_cells: 7"],
     ),
     "default max_cells": (

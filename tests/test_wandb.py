@@ -69,6 +69,7 @@ def test_fixture_file_order_metadata_and_settings():
         "train.py",
         None,
     )
+    assert settings.metric is not None
     assert (settings.metric.name, settings.metric.goal) == ("val_loss", "min")
     assert settings.command is None and settings.interpreter == "python"
     assert settings.checkpoint.auto is True

@@ -6,6 +6,7 @@ may change. Columns appear only when some row has something to show.
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -32,17 +33,9 @@ STATE_STYLE = {
 
 def to_text(renderable: RenderableType, width: int = 120) -> str:
     """Plain text of a renderable (for golden tests and non-terminals)."""
-    console = Console(width=width, color_system=None, force_terminal=False, record=True, file=_Null())
+    console = Console(width=width, color_system=None, force_terminal=False, record=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
-
-
-class _Null:
-    def write(self, _s: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass
 
 
 def shown_path(p: Any) -> str:
@@ -73,10 +66,11 @@ def fmt_num(v: Any) -> str:
 def fmt_bytes(n: int | None) -> str:
     if n is None:
         return ""
+    size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
     return ""
 
 
@@ -86,7 +80,7 @@ def fmt_seconds(s: float | None) -> str:
     s = float(s)
     if s < 60:
         return f"{s:.1f}s"
-    m, sec = divmod(int(round(s)), 60)
+    m, sec = divmod(round(s), 60)
     if m < 60:
         return f"{m}m{sec:02d}s"
     h, m = divmod(m, 60)
@@ -260,7 +254,8 @@ def attempts_table(
         note = a.note or ""
         if a.reason not in (None, "completed", "preempted") and a.error_tail:
             note = (note + " | " if note else "") + a.error_tail.strip().splitlines()[-1]
-        row = ([a.cell] if with_cell else []) + [
+        row: list[str | Text] = [a.cell] if with_cell else []
+        row += [
             str(a.number),
             fmt_time(a.started_at),
             fmt_time(a.ended_at) if a.ended_at else "running",

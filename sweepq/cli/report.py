@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ def steps_lost(attempts: Sequence[AttemptRecord]) -> dict[tuple[str, int], int]:
     lost = {}
     for cell, items in by_cell.items():
         items.sort(key=lambda a: a.number)
-        for prev, nxt in zip(items, items[1:]):
+        for prev, nxt in itertools.pairwise(items):
             if prev.end_step is None:
                 continue
             lost[(cell, prev.number)] = max(0, prev.end_step - (nxt.start_step or 0))
@@ -78,7 +79,7 @@ def best_per_cell(store: Store, metric: Metric | None, top: int) -> list[dict[st
         )
     # Winners are finished cells: a failed cell's early score is not a result.
     ranked = [r for r in rows if r["best"] is not None and r["state"] == "done"]
-    ranked.sort(key=lambda r: r["best"], reverse=metric is None or metric.goal == "max")
+    ranked.sort(key=lambda r: float(r["best"] or 0.0), reverse=metric is None or metric.goal == "max")
     for i, r in enumerate(ranked[:top], start=1):
         r["rank"] = i
     return ranked + [r for r in rows if r not in ranked]

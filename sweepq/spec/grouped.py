@@ -99,7 +99,7 @@ class _Group:
         base.update((path, leaf.value) for path, leaf in self.params.items())
         paths = [axis.path for axis in self.axes]
         for combo in lazy_product([axis.values for axis in self.axes]):
-            yield nest({**base, **dict(zip(paths, combo))})
+            yield nest({**base, **dict(zip(paths, combo, strict=True))})
 
 
 def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:

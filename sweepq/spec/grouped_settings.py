@@ -165,7 +165,9 @@ def _read_retries(ctx: SpecContext, value: Any) -> RetryPolicy:
         if key in budgets:
             budgets[key] = read_int(ctx, number, where, minimum=0)
         elif key in backoff:
-            backoff[key] = read_number(ctx, number, where, above=None, at_least=0)
+            seconds = read_number(ctx, number, where, above=None, at_least=0)
+            if seconds is not None:  # `key:` with no value keeps the default
+                backoff[key] = seconds
         else:
             raise ctx.error(
                 where,

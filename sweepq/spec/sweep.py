@@ -33,9 +33,9 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from sweepq.errors import SpecError, UsageError
 from sweepq.spec.grouped import parse_grouped
@@ -114,7 +114,23 @@ def cell_sort_key(cell_id: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def select_cells(cells: Iterable[CellSpec], selectors: Iterable[str]) -> list[CellSpec]:
+class Selectable(Protocol):
+    """What selecting needs of a cell: a planned CellSpec and a stored CellRecord both have it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def group(self) -> int: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def group_name(self) -> str: ...
+
+
+C = TypeVar("C", bound=Selectable)
+
+
+def select_cells(cells: Iterable[C], selectors: Iterable[str]) -> list[C]:
     """The cells that any selector names, in run order, each once.
 
     A selector is a cell id ("2.3"), a group name ("adamw") or a glob pattern
@@ -134,7 +150,7 @@ def select_cells(cells: Iterable[CellSpec], selectors: Iterable[str]) -> list[Ce
     return [cell for cell in ordered if cell.id in chosen]
 
 
-def _cells_matching(cells: list[CellSpec], selector: str) -> list[CellSpec]:
+def _cells_matching(cells: list[C], selector: str) -> list[C]:
     selector = selector.strip()
     if _CELL_ID.match(selector):
         wanted = cell_sort_key(selector)
@@ -144,7 +160,7 @@ def _cells_matching(cells: list[CellSpec], selector: str) -> list[CellSpec]:
     return [cell for cell in cells if cell.group_name == selector]
 
 
-def _no_match_message(cells: list[CellSpec], selector: str) -> str:
+def _no_match_message(cells: Sequence[Selectable], selector: str) -> str:
     spans: dict[tuple[int, str], list[int]] = {}
     for cell in cells:
         spans.setdefault((cell.group, cell.group_name), []).append(cell.index)

@@ -82,7 +82,7 @@ class _SweepLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.numeric_looking_strings: set[str] = set()
 
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
             self._reject_duplicate_keys(node)
         return super().construct_mapping(node, deep=deep)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import time
+from typing import Any
 
 import torch
 
@@ -33,7 +34,7 @@ y = X @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(256, 1, generator=g)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 # SGD with momentum by hand (torch.optim costs a 2 s import on the test machine); the momentum
 # buffers are part of the state like an optimizer's.
-state = {"model": model, "momentum": [torch.zeros_like(w) for w in model.parameters()], "step": 0}
+state: dict[str, Any] = {"model": model, "momentum": [torch.zeros_like(w) for w in model.parameters()], "step": 0}
 if run is not None:
     resumed = run.restore(state)
     print(f"resumed from step {state['step']}" if resumed else "fresh start", flush=True)

@@ -1,0 +1,81 @@
+"""The `sweepq` click group and what every command shares: errors, output, opening the store.
+
+Exit codes: 0 success, 1 some cell failed (launch) or an internal error,
+2 bad input (nothing was written), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from sweepq.cli.launch import resolve_root
+from sweepq.errors import SweepqError
+from sweepq.queue.store import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly(fn: F) -> F:
+    """Turn sweepq's errors into one paragraph on stderr and their exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SweepqError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(e.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def out() -> Console:
+    """Wide when piped (tables are not cut to 80 columns in files and CI logs)."""
+    console = Console(highlight=False, soft_wrap=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=False, width=1000)
+    return console
+
+
+def print_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, default=str, allow_nan=False))
+
+
+root_option = click.option(
+    "--root", "root", metavar="DIR", help="The sweep root (or a sweep file); default: from SPEC or the current folder."
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (stable fields).")
+
+
+@contextmanager
+def reading(spec: str | None, root: str | None) -> Iterator[Store]:
+    """The store of the root named by SPEC, --root or the current folder, never written."""
+    store = Store.open_readonly(resolve_root(spec, root))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def steering(root: str | None) -> Iterator[Store]:
+    """The store for a steering command (migrated if needed, short writes)."""
+    store = Store.open(resolve_root(None, root))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="sweepq")
+def main() -> None:
+    """Run hyperparameter sweeps of PyTorch training that survive disconnects, preemptions and reboots."""

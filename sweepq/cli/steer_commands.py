@@ -1,0 +1,101 @@
+"""Steering commands: `retry`, `cancel`, `reset`: short writes through the store."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from datetime import UTC, datetime
+
+import click
+
+from sweepq.cli.app import friendly, main, root_option, steering
+from sweepq.errors import UsageError
+from sweepq.layout import RootPaths
+from sweepq.queue.lock import CellLock
+from sweepq.queue.store import Store
+from sweepq.spec.sweep import select_cells
+
+
+def _selected(store: Store, selectors: tuple[str, ...]) -> list[str]:
+    if not selectors:
+        raise UsageError("name the cells: ids (2.3), group names or patterns (2.*)")
+    return [c.id for c in select_cells(store.cells(), selectors)]
+
+
+@main.command()
+@click.argument("cells", nargs=-1)
+@root_option
+@friendly
+def retry(cells: tuple[str, ...], root: str | None) -> None:
+    """Requeue failed or cancelled CELLS with a fresh retry budget."""
+    with steering(root) as store:
+        ids = _selected(store, cells)
+        moved = store.retry(ids)
+        _report_moves("requeued", moved, ids, store)
+
+
+@main.command()
+@click.argument("cells", nargs=-1)
+@root_option
+@friendly
+def cancel(cells: tuple[str, ...], root: str | None) -> None:
+    """Cancel CELLS; a running one is first preempted gracefully by its worker."""
+    with steering(root) as store:
+        ids = _selected(store, cells)
+        now, requested = store.cancel(ids)
+        if now:
+            click.echo(f"cancelled: {', '.join(now)}")
+        if requested:
+            click.echo(f"asked the workers of {', '.join(requested)} to stop them (checkpoint, then cancelled)")
+        rest = [i for i in ids if i not in now and i not in requested]
+        if rest:
+            click.echo(f"unchanged (done, failed or already cancelled): {', '.join(rest)}")
+
+
+@main.command()
+@click.argument("cells", nargs=-1)
+@root_option
+@friendly
+def reset(cells: tuple[str, ...], root: str | None) -> None:
+    """Start CELLS over from scratch; their checkpoints and DONE.json move to the attic."""
+    with steering(root) as store:
+        ids = _selected(store, cells)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        done = [cid for cid in ids if _reset_one(store, cid, stamp)]
+        _report_moves("reset", done, ids, store)
+
+
+def _reset_one(store: Store, cid: str, stamp: str) -> bool:
+    """Move a cell's checkpoints and marker to the attic, then requeue it; never while it runs."""
+    from sweepq.layout import CellPaths
+
+    paths = CellPaths(store.root, cid)
+    lock = CellLock(paths.lock)
+    if not lock.try_acquire():
+        click.echo(f"{cid} is running: cancel it first (sweepq cancel {cid})", err=True)
+        return False
+    try:
+        attic = RootPaths(store.root).attic / cid / stamp
+        moved = []
+        for item in (paths.checkpoints, paths.done):
+            if item.exists():
+                attic.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(item), str(attic / item.name))
+                moved.append(item.name)
+        if not store.reset([cid]):
+            return False
+        if moved:
+            store.add_event(cid, "moved_to_attic", {"path": str(attic.relative_to(store.root)), "items": moved})
+        return True
+    finally:
+        lock.release()
+
+
+def _report_moves(verb: str, moved: list[str], asked: list[str], store: Store) -> None:
+    if moved:
+        click.echo(f"{verb}: {', '.join(moved)}")
+    rest = [i for i in asked if i not in moved]
+    for cid in rest:
+        click.echo(f"{cid} not {verb}: it is {store.cell(cid).state}", err=True)
+    if rest and not moved:
+        sys.exit(1)
