@@ -157,7 +157,9 @@ def status_table(
     rows = [[fn(c) for _, fn, _ in cols] for c in cells]
     keep = [i for i, (name, _, _) in enumerate(cols) if i < 3 or any(_present(r[i]) for r in rows)]
     for i in keep:
-        table.add_column(cols[i][0], justify=cols[i][2])  # type: ignore[arg-type]
+        # What happened must stay readable: states and reasons are never cut, the note wraps first.
+        whole = cols[i][0] in ("cell", "state", "last reason")
+        table.add_column(cols[i][0], justify=cols[i][2], no_wrap=whole)  # type: ignore[arg-type]
     for r in rows:
         table.add_row(*[r[i] for i in keep])
     return Group(table, Text(""), summary(cells))
