@@ -2,7 +2,8 @@
 
 from typing import Any
 
-__version__ = "0.1.0"
+from sweepq.version import __version__
+
 __all__ = ["DataError", "NonFiniteLoss", "Run", "__version__"]
 
 

@@ -2,8 +2,8 @@
 
 Started by a worker with the cell's locked descriptor (so the lock lives as
 long as this process) and a channel to report on. It runs `train(cfg, run)`
-in-process, or the user's program as a child, classifies how the attempt
-ended, writes DONE.json on completion and always a receipt file, then exits.
+in-process, or the user's program as a child, tells how the attempt ended
+(by the rules of sweepq.outcome), writes DONE.json on completion and always a receipt file, then exits.
 If its worker died meanwhile (it then got SIGTERM from the kernel), it closes
 its own attempt in the database before exiting, so the receipt is written
 before the last process of the sweep is gone.
@@ -28,23 +28,24 @@ from pathlib import Path
 from typing import Any
 
 from sweepq.atomic import atomic_write_json
-from sweepq.checkpoint import manifest, marker
-from sweepq.execution import fingerprint
+from sweepq.checkpoint import marker, storage
+from sweepq.evidence import Evidence, Witness
+from sweepq.execution import fingerprint, program
+from sweepq.execution.attempt_spec import AttemptSpec
 from sweepq.execution.channel import Channel
+from sweepq.execution.errors import raised
+from sweepq.execution.messages import Ended, Started
+from sweepq.execution.metrics import plain
 from sweepq.execution.procs import die_with_parent, orphaned
-from sweepq.execution.run import AttemptSpec, DataError, NonFiniteLoss, Run
+from sweepq.execution.run import Run
 from sweepq.layout import CellPaths
-from sweepq.queue.lock import ENV_LOCK_FD, verify_inherited
+from sweepq.outcome import EXIT_PREEMPTED, decide
+from sweepq.queue import liveness
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
 from sweepq.spec.sweep import Settings
 
-EXIT_CODES = {Reason.COMPLETED: 0, Reason.PREEMPTED: 75}  # 75: EX_TEMPFAIL, "run me again"
-TAIL_LINES = 40
-
-
-def tail(text: str, lines: int = TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+EXIT_CODES = {Reason.COMPLETED: 0, Reason.PREEMPTED: EXIT_PREEMPTED}  # EX_TEMPFAIL: "run me again"
 
 
 def gpus_seen() -> list[dict[str, Any]]:
@@ -77,20 +78,6 @@ def import_entry(train: str, spec_dir: str) -> Any:
     return func
 
 
-def classify_exception(e: BaseException, run: Run | None) -> Outcome:
-    tb = tail("".join(traceback.format_exception(e)))
-    import torch
-
-    if isinstance(e, NonFiniteLoss) or (run is not None and run.nan_step is not None):
-        step = e.step if isinstance(e, NonFiniteLoss) else run.nan_step  # type: ignore[union-attr]
-        return Outcome(Reason.NAN, error_tail=tb, nan_step=step, note=f"non-finite loss at step {step}")
-    if isinstance(e, DataError):
-        return Outcome(Reason.DATA_ERROR, error_tail=tb)
-    if isinstance(e, (MemoryError, torch.cuda.OutOfMemoryError)):
-        return Outcome(Reason.OOM, error_tail=tb, note=f"{type(e).__name__} raised in the training process")
-    return Outcome(Reason.ERROR, error_tail=tb)
-
-
 def run_train(spec: AttemptSpec, settings: Settings, channel: Channel) -> tuple[Outcome, Run | None]:
     run: Run | None = None
     try:
@@ -100,26 +87,32 @@ def run_train(spec: AttemptSpec, settings: Settings, channel: Channel) -> tuple[
     except BaseException as e:
         if run is not None:
             _close_quietly(run)
-        if signals.requested() and not isinstance(e, (NonFiniteLoss, DataError, MemoryError)):
-            return Outcome(
-                Reason.PREEMPTED,
-                error_tail=tail("".join(traceback.format_exception(e))),
-                note="stopped by a signal; the training code raised while stopping",
-            ), run
-        return classify_exception(e, run), run
-    if run.nan_step is not None:  # the training code swallowed NonFiniteLoss
+        return _judged(run, raised=raised(e)), run
+    outcome = _judged(run, finished=True, metrics=_metrics(result))
+    if outcome.reason == Reason.COMPLETED:
+        run.close(completed=True)  # the final checkpoint: its failure is the attempt's
+    else:
         _close_quietly(run)
-        return Outcome(Reason.NAN, nan_step=run.nan_step, note=f"non-finite loss at step {run.nan_step}"), run
-    reached_end = run.total_steps is not None and run.last_step >= run.total_steps
-    if signals.requested() and not reached_end:
-        _close_quietly(run)
-        return Outcome(Reason.PREEMPTED, note=_stop_note()), run
-    run.close(completed=True)
-    return Outcome(Reason.COMPLETED, metrics=_metrics(result)), run
+    return outcome, run
 
 
-def _stop_note() -> str:
-    return f"{signals.describe()} received; emergency checkpoint written by the training code"
+def _judged(run: Run | None, **seen: Any) -> Outcome:
+    """How training ended, by the rules of sweepq.outcome (Witness.TRAINING)."""
+    total = run.total_steps if run is not None else None
+    outcome = decide(
+        Evidence(
+            Witness.TRAINING,
+            nan_step=run.nan_step if run is not None else None,
+            reached_end=run is not None and total is not None and run.last_step >= total,
+            step=run.last_step if run is not None else None,
+            total_steps=total,
+            stop_requested=signals.requested(),
+            stop_signal=signals.first_signal(),
+            **seen,
+        )
+    )
+    assert outcome is not None  # training evidence always has a verdict
+    return outcome
 
 
 def _close_quietly(run: Run) -> None:
@@ -129,17 +122,15 @@ def _close_quietly(run: Run) -> None:
         traceback.print_exc()
 
 
-def _metrics(result: Any) -> Any:
+def _metrics(result: Any) -> dict[str, Any] | None:
     if result is None:
         return None
     if isinstance(result, dict):
-        from sweepq.execution.run import _scalar
-
-        return {str(k): _scalar(v) for k, v in result.items()}
+        return plain(result)
     return {"result": str(result)}
 
 
-def finish_done(spec: AttemptSpec, run: Run | None, outcome: Outcome) -> None:
+def finish_done(spec: AttemptSpec, run: Run | program.ProgramRun | None, outcome: Outcome) -> None:
     """The marker goes down after the final checkpoint and before anyone tells the database."""
     paths = CellPaths(Path(spec.root), spec.cell)
     newest = run.newest_committed() if run is not None else None
@@ -179,37 +170,41 @@ def main(argv: list[str] | None = None) -> int:
     signals.install()
     spec = AttemptSpec.load(Path(argv[0]))
     die_with_parent(spec.worker_pid)
-    verify_inherited(int(os.environ[ENV_LOCK_FD]))
+    # Before anything of the cell is touched: never a second writer.
+    if liveness.for_root(Path(spec.root)).inherit(spec.cell) is None:
+        raise liveness.OwnershipLost(f"started without the ownership of cell {spec.cell} (only a worker starts this)")
     settings = Settings.from_json(spec.settings)
     paths = CellPaths(Path(spec.root), spec.cell)
     channel = Channel.from_env()
-    manifest.clean_partial(paths.checkpoints)
-    started = time.time()
+    storage.for_cell(paths).clean_partial()
+    started_here = time.monotonic()  # when the worker did not say when it started us
     gpus = gpus_seen()
     spec.fingerprints = {
         "code": fingerprint.code(settings.train, settings.program, settings.spec_dir),
         "data": fingerprint.data(settings.data),
     }
     channel.send(
-        "started",
-        pid=os.getpid(),
-        gpus=gpus,
-        environment=fingerprint.environment(),
-        code_fingerprint=spec.fingerprints["code"],
-        data_fingerprint=spec.fingerprints["data"],
+        Started(
+            pid=os.getpid(),
+            gpus=gpus,
+            environment=fingerprint.environment(),
+            code_fingerprint=spec.fingerprints["code"],
+            data_fingerprint=spec.fingerprints["data"],
+        )
     )
+    run: Run | program.ProgramRun | None
     if settings.train:
         outcome, run = run_train(spec, settings, channel)
     else:
-        from sweepq.execution.program import run_program
-
-        outcome, run = run_program(spec, settings, channel)
+        outcome, run = program.run_program(spec, settings, channel)
     if outcome.reason == Reason.COMPLETED:
         finish_done(spec, run, outcome)
     rss, gpu_peak = peak_memory()
     outcome.pid = os.getpid()
     outcome.gpus = gpus
-    outcome.wall_seconds = time.time() - started
+    # From the worker's start of this process, as max_attempt_seconds counts: interpreter
+    # and torch start-up included (seconds, on a busy machine).
+    outcome.wall_seconds = spec.seconds_since_start(started_here)
     outcome.gpu_seconds = outcome.wall_seconds * len(gpus)
     outcome.peak_memory_bytes = max(rss, outcome.peak_memory_bytes or 0)
     outcome.peak_gpu_memory_bytes = gpu_peak
@@ -218,15 +213,13 @@ def main(argv: list[str] | None = None) -> int:
         outcome.start_step = run.start_step
         outcome.start_checkpoint_sha = run.start_sha
     atomic_write_json(paths.receipt(spec.attempt), outcome.to_json())
-    channel.send("end", outcome=outcome.to_json())
+    channel.send(Ended(outcome=outcome.to_json()))
     if orphaned(spec.worker_pid):
         close_as_orphan(spec, outcome)
     sys.stdout.flush()
     sys.stderr.flush()
     if not settings.train:
-        from sweepq.execution.program import exit_like
-
-        return exit_like(outcome)  # the program's exit code or signal, for the receipt
+        return program.exit_like(outcome)  # the program's exit code or signal, for the receipt
     return EXIT_CODES.get(Reason(outcome.reason), 1)
 
 

@@ -1,18 +1,20 @@
 """The message channel from a training process to its worker.
 
-A SOCK_SEQPACKET socket pair: every message is one JSON object, delivered
-whole or not at all, so a training process and a user program it starts can
-share one end. The training process never writes the database while its
+A SOCK_SEQPACKET socket pair: every message (messages.py) is one JSON object,
+delivered whole or not at all, so a training process and a user program it
+starts can share one end. The training process never writes the database while its
 worker lives: it reports here, and the worker writes (fewer writers is the
 honest answer to SQLite's single-writer rule).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-from typing import Any
+import sys
+from dataclasses import dataclass
+
+from sweepq.execution.messages import BadMessage, Message, decode, encode
 
 ENV_FD = "SWEEPQ_CHANNEL_FD"
 MAX_MESSAGE = 1 << 20
@@ -40,12 +42,15 @@ class Channel:
         fd = os.environ.get(ENV_FD)
         return cls(int(fd) if fd else None)
 
-    def send(self, kind: str, **fields: Any) -> bool:
+    def send(self, msg: Message) -> bool:
         if self.sock is None or self.broken:
             return False
-        data = json.dumps({"t": kind, **fields}, default=str, allow_nan=True).encode()
+        data = encode(msg)
+        if len(data) > MAX_MESSAGE:  # cut, it would be rejected: the receipt file tells the rest
+            print(f"sweepq: a {msg.kind!r} message of {len(data)} bytes was not sent", file=sys.stderr, flush=True)
+            return False
         try:
-            self.sock.send(data[:MAX_MESSAGE])
+            self.sock.send(data)
             return True
         except OSError:
             # The worker is gone (or wedged): the receipt file tells the rest.
@@ -53,19 +58,24 @@ class Channel:
             return False
 
 
-def receive(sock: socket.socket) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Rejected:
+    """A message that decode refused, kept so the worker can say so."""
+
+    why: str
+
+
+def receive(sock: socket.socket) -> list[Message | Rejected]:
     """Every message waiting on a non-blocking worker end (empty list when none)."""
-    out = []
+    out: list[Message | Rejected] = []
     while True:
         try:
             data = sock.recv(MAX_MESSAGE)
-        except (BlockingIOError, InterruptedError):
-            return out
-        except OSError:
+        except OSError:  # BlockingIOError included: nothing more waiting
             return out
         if not data:
             return out
         try:
-            out.append(json.loads(data))
-        except ValueError:
-            continue
+            out.append(decode(data))
+        except BadMessage as e:
+            out.append(Rejected(str(e)))

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweepq import __version__
+from sweepq.version import __version__
 
 
 def environment() -> dict[str, Any]:

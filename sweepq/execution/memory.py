@@ -32,7 +32,7 @@ def _read_counter(path: Path, key: str) -> int | None:
 
 
 def _cgroup_dirs() -> list[Path]:
-    out = []
+    out: list[Path] = []
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:

@@ -18,10 +18,8 @@ over the channel. A program started as a subprocess gets the same object from
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,33 +27,20 @@ from typing import Any
 import torch
 
 from sweepq.checkpoint import commit as checkpoint
-from sweepq.checkpoint import manifest, serialize, snapshot
+from sweepq.checkpoint import serialize, snapshot, storage
 from sweepq.checkpoint.image import Files
-from sweepq.execution import fingerprint, signals
+from sweepq.execution import fingerprint, reporter, signals
+from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
+from sweepq.execution.cadence import Cadence
 from sweepq.execution.channel import Channel
+from sweepq.execution.committed import CommittedSet
+from sweepq.execution.errors import DataError, NonFiniteLoss
+from sweepq.execution.messages import Checkpointed, Corrupt, Fresh, Logged, Resumed, Total, Warned
+from sweepq.execution.metrics import check_finite, improved, plain
 from sweepq.layout import CellPaths
-from sweepq.queue.records import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.spec.sweep import CheckpointPolicy, Metric, Settings
 
-# Automatic cadence: checkpoint often enough that the overhead stays near this
-# share of the run, within these bounds (seconds).
-AUTO_OVERHEAD = 0.02
-AUTO_MIN_INTERVAL = 10.0
-AUTO_MAX_INTERVAL = 300.0
-AUTO_FIRST = 10.0
 LOG_INTERVAL = 0.25
-
-
-class DataError(Exception):
-    """Raise from training code when the data is bad: the attempt ends `data_error`."""
-
-
-class NonFiniteLoss(FloatingPointError):
-    """A logged or checkpointed loss was NaN or infinite: the attempt ends `nan`."""
-
-    def __init__(self, step: int, name: str, value: float) -> None:
-        super().__init__(f"non-finite {name}={value} at step {step}")
-        self.step, self.name, self.value = step, name, value
 
 
 class Run:
@@ -75,10 +60,10 @@ class Run:
         self._guard = snapshot.StepGuard()  # optimizer.step() waits for a late copy
         self._overlap = self._policy.overlap
         self._writer = checkpoint.AsyncWriter()
-        self._lock = threading.Lock()  # guards _manifests (training thread vs writer thread)
-        self._manifests = manifest.committed_manifests(self.paths)
-        self._last_scheduled = -1
-        self._last_time = time.monotonic()
+        self._cadence = Cadence(self._policy, self._writer)
+        self._checkpoints = storage.for_cell(self.paths)
+        self._committed = CommittedSet(self._checkpoints, self._channel)
+        self._reporter: reporter.Reporter | None = None  # a program's (Run.from_env())
         self._state_ref: dict[str, Any] | None = None
         self._pending: dict[str, Any] = {}
         self._last_send = 0.0
@@ -92,7 +77,6 @@ class Run:
         self.best_step: int | None = None
         self.nan_step: int | None = None
         self.final_metrics: dict[str, Any] | None = None
-        self.stall_seconds: list[float] = []
         self.corrupt: list[dict[str, Any]] = []
         self.warnings: list[str] = []
 
@@ -110,36 +94,37 @@ class Run:
         RNG states (python, numpy, torch, CUDA) restored. A checkpoint that fails
         verification is moved aside and the previous one used.
         """
-        max_step = self._rollback_target()
-        loaded = checkpoint.load_newest(self.paths, max_step, on_corrupt=self._report_corrupt)
+        max_step = self._committed.rollback_limit(self._spec.nan_step)
+        loaded = checkpoint.load_newest(self._checkpoints, max_step, on_corrupt=self._report_corrupt)
         self._state_ref = state
         if loaded is None:
-            self._channel.send("fresh", rollback=max_step is not None, none_verified=bool(self.corrupt))
+            self._channel.send(Fresh(rollback=max_step is not None, none_verified=bool(self.corrupt)))
             return False
-        self._supersede_after(loaded.step, "abandoned: the attempt resumed from an earlier step")
-        plain = loaded.state
+        self._committed.supersede_after(loaded.step, "abandoned: the attempt resumed from an earlier step")
+        tensors = loaded.state
         if map_location is not None:
-            plain = _move(plain, torch.device(map_location))
-        serialize.load_into(state, plain)
+            tensors = _move(tensors, torch.device(map_location))
+        serialize.load_into(state, tensors)
         if loaded.rng:
             serialize.restore_rng(loaded.rng)
-        self.start_step = self.last_step = self._last_scheduled = loaded.step
+        self.start_step = self.last_step = loaded.step
         self.start_sha = loaded.manifest_sha256
         self._warn_if_changed(loaded.manifest.get("fingerprints") or {}, loaded.step)
         self.epoch = loaded.manifest.get("epoch")
         best = loaded.manifest.get("best") or {}
         self.best, self.best_step = best.get("value"), best.get("step")
-        self._last_time = time.monotonic()
+        self._cadence.restart_at(loaded.step)
         self._channel.send(
-            "resumed",
-            step=loaded.step,
-            sha=loaded.manifest_sha256,
-            path=self.paths.relative(loaded.path),
-            epoch=self.epoch,
-            metrics=loaded.manifest.get("metrics") or {},
-            rollback=max_step is not None,
-            best=self.best,
-            best_step=self.best_step,
+            Resumed(
+                step=loaded.step,
+                sha=loaded.manifest_sha256,
+                path=self.paths.relative(loaded.path),
+                epoch=self.epoch,
+                metrics=loaded.manifest.get("metrics") or {},
+                rollback=max_step is not None,
+                best=self.best,
+                best_step=self.best_step,
+            )
         )
         return True
 
@@ -166,7 +151,7 @@ class Run:
         if metrics:
             self._check_finite(step, metrics)
             self._track_best(step, metrics)
-        if step <= self._last_scheduled or not (force or self._due(step)):
+        if step <= self._cadence.last_scheduled or not (force or self._cadence.due(step)):
             return False
         self._save(state, step, metrics or {}, overlap=not force)
         return True
@@ -179,7 +164,7 @@ class Run:
         if "epoch" in scalars:
             self.epoch = float(scalars["epoch"])
         self._track_best(step, scalars)
-        self._pending.update({k: _scalar(v) for k, v in scalars.items()})
+        self._pending.update(plain(scalars))
         now = time.monotonic()
         if now - self._last_send >= LOG_INTERVAL:
             self._send_log()
@@ -188,7 +173,7 @@ class Run:
         """Declare the cell's length, for progress and ETA."""
         self.total_steps = int(steps)
         self.total_epochs = None if epochs is None else float(epochs)
-        self._channel.send("total", steps=self.total_steps, epochs=self.total_epochs)
+        self._channel.send(Total(steps=self.total_steps, epochs=self.total_epochs))
 
     def finish(self, metrics: dict[str, Any] | None = None) -> None:
         """Training completed: commit the last step and record the final metrics (kept in DONE.json).
@@ -198,13 +183,12 @@ class Run:
         the last step trained is newer than the last one committed, and tells sweepq
         that the program completed: the cell is done once the program exits 0.
         """
-        self.final_metrics = {str(k): _scalar(v) for k, v in (metrics or {}).items()}
+        self.final_metrics = plain(metrics or {})
         if self._state_ref is not None:  # the final checkpoint, even before the cadence's first
             self.checkpoint(self._state_ref, self.last_step, force=True)  # (a no-op when committed)
         self.close(completed=True)
-        reporter = getattr(self, "_reporter", None)
-        if reporter is not None:
-            reporter.finished_with(self.final_metrics)
+        if self._reporter is not None:
+            self._reporter.finished_with(self.final_metrics)
 
     @classmethod
     def from_env(cls, required: bool = True) -> Run | None:
@@ -231,15 +215,13 @@ class Run:
                 f"Run.from_env() found no {ENV_ATTEMPT_FILE}: this program was not started by sweepq "
                 "(use Run.from_env(required=False) to run it on its own too)"
             )
-        from sweepq.execution import program
-        from sweepq.queue.lock import ENV_LOCK_FD, verify_inherited
+        from sweepq.queue import liveness
 
         signals.install()
-        lock_fd = os.environ.get(ENV_LOCK_FD)
-        if lock_fd:
-            verify_inherited(int(lock_fd))  # never a second writer of this cell's checkpoints
-        run = cls(AttemptSpec.load(Path(path)), Channel.from_env())
-        run._reporter = program.attach(run)  # type: ignore[attr-defined]
+        spec = AttemptSpec.load(Path(path))
+        liveness.for_root(Path(spec.root)).inherit(spec.cell)  # never a second writer of this cell's checkpoints
+        run = cls(spec, Channel.from_env())
+        run._reporter = reporter.attach(run)
         Run._from_env = run  # type: ignore[attr-defined]
         return run
 
@@ -250,39 +232,20 @@ class Run:
         self._writer.flush()
         self._guard.remove()
         # The final state is committed even when the cadence never came due (short cells).
-        if completed and self._state_ref is not None and self.last_step > self._last_scheduled:
+        if completed and self._state_ref is not None and self.last_step > self._cadence.last_scheduled:
             self._save(self._state_ref, self.last_step, {})
             self._writer.flush()
         self._send_log()
 
+    @property
+    def stall_seconds(self) -> list[float]:
+        """How long each checkpoint of this attempt paused training."""
+        return self._cadence.stall_seconds
+
     def newest_committed(self) -> tuple[int, dict[str, Any]] | None:
-        with self._lock:
-            if not self._manifests:
-                return None
-            step = max(self._manifests)
-            return step, self._manifests[step]
+        return self._committed.newest()
 
     # -- internals ----------------------------------------------------------------
-
-    def _due(self, step: int) -> bool:
-        p = self._policy
-        if p.every_steps and step - max(self._last_scheduled, 0) >= p.every_steps:
-            return True
-        elapsed = time.monotonic() - self._last_time
-        if p.every_seconds and elapsed >= p.every_seconds:
-            return True
-        return p.auto and elapsed >= self._auto_interval()
-
-    def _auto_interval(self) -> float:
-        """Often enough to lose little, rarely enough that checkpoints cost ~AUTO_OVERHEAD of the run.
-
-        The cost of the last checkpoint is its pause plus its background write,
-        measured once that write finished (the write competes for the CPU).
-        """
-        if not self.stall_seconds:
-            return AUTO_FIRST
-        cost = self.stall_seconds[-1] + (0.0 if self._writer.busy else self._writer.last_seconds)
-        return min(AUTO_MAX_INTERVAL, max(AUTO_MIN_INTERVAL, cost / AUTO_OVERHEAD))
 
     def _save(self, state: dict[str, Any], step: int, metrics: dict[str, Any], overlap: bool = False) -> None:
         t0 = time.perf_counter()
@@ -295,17 +258,15 @@ class Run:
             "cell": self.cell,
             "attempt": self.attempt,
             "epoch": self.epoch,
-            "metrics": {k: _scalar(v) for k, v in metrics.items()},
+            "metrics": plain(metrics),
             "best": {"value": self.best, "step": self.best_step},  # the metric's best so far, resumed with it
             "cfg_hash": self._spec.cfg_hash,
             "fingerprints": self._spec.fingerprints,
         }
-        self._last_scheduled = step
+        self._cadence.last_scheduled = step  # before the job: its _refuse_raced may move it back
         self._writer.submit(lambda: self._commit_snapshot(step, snap, skeleton, rng, meta))
         self._guard.arm(snap)  # after the job is handed over: a copy that never starts never holds a step
-        stall = time.perf_counter() - t0
-        self.stall_seconds.append(stall)
-        self._last_time = time.monotonic()
+        self._cadence.paused(time.perf_counter() - t0)
 
     def _commit_snapshot(
         self, step: int, snap: snapshot.Snapshot, skeleton: Any, rng: dict[str, Any], meta: dict[str, Any]
@@ -321,59 +282,38 @@ class Run:
     def _refuse_raced(self, step: int, e: snapshot.SnapshotRaced) -> None:
         """The copy saw a state that never existed: commit nothing, and copy everything up front from now on."""
         self._overlap = False
-        with self._lock:  # so that close() commits the final step even if this was it
-            self._last_scheduled = max(self._manifests, default=self.start_step)
+        # So that close() commits the final step even if this was it.
+        self._cadence.last_scheduled = self._committed.newest_step(default=self.start_step)
         note = (
             f"checkpoint at step {step} not committed: {e}; later checkpoints of this attempt copy "
             "everything before run.checkpoint returns (set checkpoint: {overlap: false} to start that way)"
         )
         print(f"sweepq warning: {self.cell}: {note}", file=sys.stderr, flush=True)
         self.warnings.append(note)
-        self._channel.send("warning", event="snapshot_raced", step=step, notes=[note])
+        self._channel.send(Warned(event="snapshot_raced", step=step, notes=[note]))
 
     def _commit(
         self, step: int, skeleton: Any, buffers: dict[str, torch.Tensor], meta: dict[str, Any], image: Files | None
     ) -> None:
         # Checkpoints at or after this step belong to an abandoned timeline (this
         # attempt never scheduled them): a resume must never land on them.
-        self._supersede_after(step - 1, "abandoned: training restarted from an earlier step")
-        c = checkpoint.write_checkpoint(self.paths.checkpoints, step, skeleton, buffers, meta, image)
-        with self._lock:
-            self._manifests[step] = {"step": step, "metrics": c.metrics, "epoch": c.epoch}
+        self._committed.supersede_after(step - 1, "abandoned: training restarted from an earlier step")
+        c = checkpoint.write_checkpoint(self._checkpoints, step, skeleton, buffers, meta, image)
+        self._committed.add(step, {"step": step, "metrics": c.metrics, "epoch": c.epoch})
         self._channel.send(
-            "ckpt",
-            step=step,
-            epoch=c.epoch,
-            metrics=c.metrics,
-            path=self.paths.relative(c.path),
-            sha=c.manifest_sha256,
-            size=c.size_bytes,
-            created_at=c.created_at,
-            attempt=self.attempt,
+            Checkpointed(
+                step=step,
+                epoch=c.epoch,
+                metrics=c.metrics,
+                path=self.paths.relative(c.path),
+                sha=c.manifest_sha256,
+                size=c.size_bytes,
+                created_at=c.created_at,
+                attempt=self.attempt,
+            )
         )
-        self._retain()
-
-    def _retain(self) -> None:
         metric = (self._metric.name, self._metric.goal) if self._metric and self._policy.keep_best else None
-        with self._lock:
-            keep = manifest.to_keep(self._manifests, self._policy.keep_last, metric, set())
-            drop = sorted(set(self._manifests) - keep)
-        for step in drop:
-            manifest.delete(self.paths.checkpoint(step))
-            with self._lock:
-                self._manifests.pop(step, None)
-        if drop:
-            self._channel.send("superseded", steps=drop, note="retention")
-
-    def _supersede_after(self, step: int, note: str) -> None:
-        with self._lock:
-            later = sorted(s for s in self._manifests if s > step)
-        for s in later:
-            manifest.delete(self.paths.checkpoint(s))
-            with self._lock:
-                self._manifests.pop(s, None)
-        if later:
-            self._channel.send("superseded", steps=later, note=note)
+        self._committed.retain(self._policy.keep_last, metric)
 
     def _warn_if_changed(self, then: dict[str, Any], step: int) -> None:
         """Resuming weights under different code or data is usually a mistake: say so."""
@@ -383,60 +323,32 @@ class Run:
         for note in notes:
             print(f"sweepq warning: resuming {self.cell} from step {step}: {note}", file=sys.stderr, flush=True)
         self.warnings.extend(notes)
-        self._channel.send("warning", event="resumed_under_changes", step=step, notes=notes)
-
-    def _rollback_target(self) -> int | None:
-        """After a `nan`: resume from the checkpoint before the one the bad interval started from."""
-        with self._lock:
-            return manifest.rollback_limit(list(self._manifests), self._spec.nan_step)
+        self._channel.send(Warned(event="resumed_under_changes", step=step, notes=notes))
 
     def _report_corrupt(self, step: int, why: str, moved: Path) -> None:
         self.corrupt.append({"step": step, "why": why})
-        with self._lock:
-            self._manifests.pop(step, None)
-        self._channel.send("corrupt", step=step, why=why, moved_to=self.paths.relative(moved))
+        self._committed.forget(step)
+        self._channel.send(Corrupt(step=step, why=why, moved_to=self.paths.relative(moved)))
 
-    def _check_finite(self, step: int, scalars: dict[str, Any]) -> None:
-        for name, value in scalars.items():
-            if "loss" not in name.lower():
-                continue
-            v = _scalar(value)
-            if isinstance(v, float) and not math.isfinite(v):
-                self.nan_step = step if self.nan_step is None else self.nan_step
-                raise NonFiniteLoss(step, name, v)
+    def _check_finite(self, step: int, values: dict[str, Any]) -> None:
+        try:
+            check_finite(step, values)
+        except NonFiniteLoss:
+            self.nan_step = step if self.nan_step is None else self.nan_step
+            raise
 
-    def _track_best(self, step: int, scalars: dict[str, Any]) -> None:
-        if self._metric is None or self._metric.name not in scalars:
-            return
-        v = _scalar(scalars[self._metric.name])
-        if not isinstance(v, (int, float)) or not math.isfinite(v):
-            return
-        better = self.best is None or (v > self.best if self._metric.goal == "max" else v < self.best)
-        if better:
-            self.best, self.best_step = float(v), step
+    def _track_best(self, step: int, values: dict[str, Any]) -> None:
+        best = improved(self._metric, self.best, values)
+        if best is not None:
+            self.best, self.best_step = best, step
 
     def _send_log(self) -> None:
         self._last_send = time.monotonic()
         self._channel.send(
-            "log",
-            step=self.last_step,
-            epoch=self.epoch,
-            scalars=self._pending,
-            best=self.best,
-            best_step=self.best_step,
+            Logged(
+                step=self.last_step, epoch=self.epoch, scalars=self._pending, best=self.best, best_step=self.best_step
+            )
         )
-
-
-def _scalar(v: Any) -> Any:
-    if isinstance(v, torch.Tensor):
-        v = v.detach()
-        return v.item() if v.numel() == 1 else v.tolist()
-    if hasattr(v, "item") and callable(v.item):
-        try:
-            return v.item()
-        except (TypeError, ValueError):
-            return v
-    return v
 
 
 def _move(obj: Any, device: torch.device) -> Any:
@@ -449,3 +361,6 @@ def _move(obj: Any, device: torch.device) -> Any:
     if isinstance(obj, tuple):
         return tuple(_move(v, device) for v in obj)
     return obj
+
+
+__all__ = ["DataError", "NonFiniteLoss", "Run"]

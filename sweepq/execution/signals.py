@@ -11,7 +11,7 @@ import signal
 import threading
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
+from sweepq.evidence import STOP_SIGNALS
 
 _stop = threading.Event()
 _received: list[int] = []

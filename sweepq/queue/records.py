@@ -8,13 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from sweepq.atomic import atomic_write_json, read_json
 from sweepq.queue.states import CellState
-
-ENV_ATTEMPT_FILE = "SWEEPQ_ATTEMPT_FILE"
 
 
 def iso(t: datetime | None) -> str | None:
@@ -193,26 +189,3 @@ class Outcome:
     def from_json(cls, d: dict[str, Any]) -> Outcome:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in d.items() if k in known})
-
-
-@dataclass
-class AttemptSpec:
-    """What a worker tells a training process about its attempt (attempts/<n>/attempt.json)."""
-
-    root: str
-    cell: str
-    attempt: int
-    cfg: dict[str, Any]
-    cfg_hash: str
-    settings: dict[str, Any]
-    nan_step: int | None = None
-    previous_reason: str | None = None
-    worker_pid: int | None = None
-    fingerprints: dict[str, Any] = field(default_factory=dict)
-
-    def save(self, path: Path) -> None:
-        atomic_write_json(path, self.__dict__)
-
-    @classmethod
-    def load(cls, path: Path) -> AttemptSpec:
-        return cls(**read_json(path))
