@@ -1,4 +1,4 @@
-"""Alembic environment: always driven from sweepq.queue.db with a connection in attributes."""
+"""Alembic environment: driven from sweepq.queue.database.Database.upgrade() with a connection in attributes."""
 
 from alembic import context
 
@@ -11,11 +11,12 @@ target_metadata = Base.metadata
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is None:
-        raise RuntimeError("sweepq migrations run from sweepq.queue.db.upgrade(), not from the alembic CLI")
+        raise RuntimeError("sweepq migrations run from sweepq.queue.database.Database.upgrade(), not the alembic CLI")
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=True,  # SQLite cannot ALTER most things; batch mode copies tables
+        # SQLite cannot ALTER most things, so batch mode copies tables there; a server alters in place.
+        render_as_batch=connection.dialect.name == "sqlite",
     )
     with context.begin_transaction():
         context.run_migrations()

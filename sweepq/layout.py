@@ -1,28 +1,81 @@
 """The durable layout of a sweep root: the one place that knows where files live.
 
 Stable (outside tools rely on it):
-    <root>/sweepq.db                              the queue and all receipts
+    <root>/sweepq.db                              the queue and all receipts (the default database)
     <root>/cells/<cell>/checkpoints/step-<step>/  one committed checkpoint (manifest.json inside)
     <root>/cells/<cell>/DONE.json                 the done marker
 
 sweepq's own choice (may change between versions):
     <root>/cells/<cell>/lock                      the cell's file lock (held by its training process)
     <root>/cells/<cell>/cfg.json                  the cell's cfg, for programs and people
-    <root>/cells/<cell>/attempts/<n>/             stdout.log, stderr.log, receipt.json of attempt n
+    <root>/cells/<cell>/args.json                 what a program's ${args_json_file} stands for
+    <root>/cells/<cell>/output/                   a program's own files, kept across attempts
+    <root>/cells/<cell>/attempts/<n>/             attempt.json, stdout.log, stderr.log, receipt.json,
+                                                  outcome.json (a program's own account) of attempt n
     <root>/attic/<cell>/<stamp>/                  what `sweepq reset` moved aside
-    <root>/.sweepq/                               root-wide locks and launch logs
+    <root>/.sweepq/                               root-wide locks (migrate.lock) and worker logs (logs/)
+
+Only sweepq/queue/database.py turns `RootPaths.db` into a database URL: where
+the queue lives is its question (a server URL may replace the file).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 DB_NAME = "sweepq.db"
 DONE_NAME = "DONE.json"
 MANIFEST_NAME = "manifest.json"
 STEP_DIR = re.compile(r"^step-(\d+)$")
+CELLS_DIR = "cells"
+
+
+def default_root_beside(spec_dir: Path, name: str) -> Path:
+    """The root of a sweep file that names none: runs/<name> beside the file."""
+    return spec_dir / "runs" / name
+
+
+def step_name(step: int) -> str:
+    """The folder name of the committed checkpoint at `step` (STEP_DIR reads it back)."""
+    return f"step-{step}"
+
+
+# Hidden names beside the committed `step-*` folders: readers never look at
+# them, so renaming into or out of one is atomic for every reader.
+WRITING_PREFIX = ".writing-"  # a checkpoint being written (the lock holder's)
+TRASH_PREFIX = ".trash-"  # superseded, being deleted in the background
+CORRUPT_PREFIX = ".corrupt-"  # failed verification, kept for inspection
+
+
+def staging_name(step: int, tag: str) -> str:
+    return f"{WRITING_PREFIX}{step_name(step)}-{tag}"
+
+
+def trash_name(step: int, tag: str) -> str:
+    return f"{TRASH_PREFIX}{step_name(step)}-{tag}"
+
+
+def quarantine_name(step: int, tag: str) -> str:
+    return f"{CORRUPT_PREFIX}{step_name(step)}-{tag}"
+
+
+def is_leftover(name: str) -> bool:
+    """A folder a crashed write or deletion left behind (quarantined ones are kept)."""
+    return name.startswith((WRITING_PREFIX, TRASH_PREFIX))
+
+
+def committed_steps_in(checkpoints: Path) -> list[int]:
+    """Steps of folders named like committed checkpoints in `checkpoints`, newest first (unverified)."""
+    if not checkpoints.is_dir():
+        return []
+    steps = []
+    for entry in checkpoints.iterdir():
+        m = STEP_DIR.match(entry.name)
+        if m and entry.is_dir():
+            steps.append(int(m.group(1)))
+    return sorted(steps, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -42,8 +95,20 @@ class RootPaths:
         return self.private / "migrate.lock"
 
     @property
+    def logs(self) -> Path:
+        return self.private / "logs"
+
+    def worker_log(self, stamp: str, launcher_pid: int, number: int) -> Path:
+        """The output of worker `number` started by one launch (stamp and pid tell launches apart)."""
+        return self.logs / f"worker-{stamp}-{launcher_pid}-{number}.log"
+
+    @property
     def attic(self) -> Path:
         return self.root / "attic"
+
+    def attic_entry(self, cell_id: str, stamp: str) -> Path:
+        """Where one `sweepq reset` of a cell puts what it moves aside."""
+        return self.attic / cell_id / stamp
 
     def cell(self, cell_id: str) -> CellPaths:
         return CellPaths(self.root, cell_id)
@@ -56,14 +121,17 @@ class CellPaths:
 
     @property
     def dir(self) -> Path:
-        return self.root / "cells" / self.cell_id
+        return self.root / CELLS_DIR / self.cell_id
 
     @property
     def checkpoints(self) -> Path:
         return self.dir / "checkpoints"
 
     def checkpoint(self, step: int) -> Path:
-        return self.checkpoints / f"step-{step}"
+        return self.checkpoints / step_name(step)
+
+    def manifest(self, step: int) -> Path:
+        return self.checkpoint(step) / MANIFEST_NAME
 
     @property
     def done(self) -> Path:
@@ -77,11 +145,27 @@ class CellPaths:
     def cfg(self) -> Path:
         return self.dir / "cfg.json"
 
+    @property
+    def args(self) -> Path:
+        return self.dir / "args.json"
+
+    @property
+    def output(self) -> Path:
+        return self.dir / "output"
+
     def attempt_dir(self, number: int) -> Path:
         return self.dir / "attempts" / str(number)
 
+    def attempt_file(self, number: int) -> Path:
+        """What the worker tells the training process about attempt `number`."""
+        return self.attempt_dir(number) / "attempt.json"
+
     def receipt(self, number: int) -> Path:
         return self.attempt_dir(number) / "receipt.json"
+
+    def outcome(self, number: int) -> Path:
+        """Where a program may say how attempt `number` ended."""
+        return self.attempt_dir(number) / "outcome.json"
 
     def stdout(self, number: int) -> Path:
         return self.attempt_dir(number) / "stdout.log"
@@ -89,17 +173,22 @@ class CellPaths:
     def stderr(self, number: int) -> Path:
         return self.attempt_dir(number) / "stderr.log"
 
+    def resolve(self, relative: str) -> Path:
+        """The path that `relative` (as DONE.json records it) names."""
+        return self.dir / relative
+
     def relative(self, path: Path) -> str:
         """A path inside the cell folder, as DONE.json and the database record it."""
         return path.relative_to(self.dir).as_posix()
 
+    def from_root(self, relative: str) -> str:
+        """A path relative to the cell folder (as `relative` gives), made relative to the root.
+
+        The database's checkpoint rows hold these, so that they read the same on
+        any machine that mounts the root elsewhere.
+        """
+        return (PurePosixPath(CELLS_DIR) / self.cell_id / relative).as_posix()
+
     def committed_steps(self) -> list[int]:
         """Steps of folders named like committed checkpoints, newest first (unverified)."""
-        if not self.checkpoints.is_dir():
-            return []
-        steps = []
-        for entry in self.checkpoints.iterdir():
-            m = STEP_DIR.match(entry.name)
-            if m and entry.is_dir():
-                steps.append(int(m.group(1)))
-        return sorted(steps, reverse=True)
+        return committed_steps_in(self.checkpoints)

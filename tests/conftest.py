@@ -121,8 +121,8 @@ def env_with(**extra: str) -> dict[str, str]:
 
 def make_run(root: Path, cell: str = "1.1", **policy: Any) -> Any:
     """A Run as a training process gets it, on `root`: every step due unless `policy` says otherwise."""
+    from sweepq.execution.attempt_spec import AttemptSpec
     from sweepq.execution.run import Run
-    from sweepq.queue.records import AttemptSpec
     from sweepq.spec.sweep import CheckpointPolicy, Settings
 
     policy = {"every_steps": 1, "auto": False, "keep_last": 100, "keep_best": False, **policy}

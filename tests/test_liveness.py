@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 from conftest import cli, cli_json, start, tree, wait_for, write
 
 SPEC = """
@@ -25,7 +27,9 @@ def attempt_process(launch_pid: int) -> tuple[psutil.Process, psutil.Process]:
     """(worker, training process) under a launch."""
     procs = tree(launch_pid)
     runner = next(p for p in procs if "sweepq.execution.attempt" in " ".join(p.cmdline()))
-    return runner.parent(), runner
+    worker = runner.parent()
+    assert worker is not None
+    return worker, runner
 
 
 def test_killed_worker_leaves_training_process_to_finish_and_no_second_writer(sweep_dir: Path) -> None:
@@ -178,3 +182,41 @@ def test_first_ctrl_c_is_graceful_second_stops_at_once(sweep_dir: Path) -> None:
     (att,) = cli_json("show", "1.1", "--root", str(root))["attempts"]
     assert att["reason"] == "preempted" and "hard stop" in att["note"]
     assert cli_json("show", "1.1", "--root", str(root))["state"] == "interrupted"
+
+
+def test_file_lock_liveness_in_one_process(tmp_path: Path) -> None:
+    """The seam's contract without processes: take before claim, hand over, ask without creating."""
+    from sweepq.layout import CellPaths
+    from sweepq.queue import liveness
+
+    owners = liveness.for_root(tmp_path)
+    assert owners.owner_alive("1.1") is False
+    assert not CellPaths(tmp_path, "1.1").lock.exists()  # a read-only question creates nothing
+
+    owner = owners.take("1.1")
+    assert owner is not None and owner.cell == "1.1"
+    assert owners.take("1.1") is None  # flock is per open file description: a second owner is refused
+    assert owners.owner_alive("1.1") is True
+    handoff = owner.handoff()
+    (fd,) = handoff.fds
+    assert handoff.env == {liveness.ENV_LOCK_FD: str(fd)}
+
+    inherited = owners.inherit("1.1", handoff.env)  # the same description: it holds the lock
+    assert inherited is not None and owners.inherit("1.1", handoff.env) is inherited
+    assert owners.inherit("1.1", {}) is None  # not started by a worker
+    other = owners.take("1.2")
+    assert other is not None
+    stranger = os.open(CellPaths(tmp_path, "1.2").lock, os.O_RDONLY)
+    try:
+        with pytest.raises(liveness.OwnershipLost):
+            owners.inherit("1.2", {liveness.ENV_LOCK_FD: str(stranger)})
+    finally:
+        os.close(stranger)
+        other.release()
+
+    owner.release()
+    owner.release()  # idempotent
+    assert owners.owner_alive("1.1") is False
+    again = owners.take("1.1")
+    assert again is not None
+    again.release()

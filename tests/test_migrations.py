@@ -12,6 +12,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
 from sweepq.queue import db
+from sweepq.queue.database import Database
 from sweepq.queue.models import Base
 from sweepq.queue.store import Store
 
@@ -36,15 +37,15 @@ def test_migrated_schema_equals_the_models(tmp_path: Path) -> None:
 def test_read_commands_refuse_an_unmigrated_database(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    engine = db.make_engine(root / "sweepq.db")
-    with engine.begin() as conn:
+    database = Database.for_root(root)
+    with database.engine.begin() as conn:
         conn.exec_driver_sql("create table t (x int)")
-    engine.dispose()
+    database.dispose()
     r = subprocess.run(
         [sys.executable, "-m", "sweepq.cli", "status", "--root", str(root)], capture_output=True, text=True
     )
     assert r.returncode == 2 and "schema revision None" in r.stderr
-    assert db.current_revision(db.make_engine(root / "sweepq.db")) is None  # status did not migrate
+    assert db.current_revision(Database.for_root(root).engine) is None  # status did not migrate
 
 
 def test_installed_wheel_creates_a_root_without_the_source_tree(tmp_path: Path) -> None:
@@ -74,3 +75,26 @@ def test_installed_wheel_creates_a_root_without_the_source_tree(tmp_path: Path) 
     module, migrations, revision = r.stdout.split()
     assert module.startswith(str(target)) and migrations.startswith(str(target))
     assert revision == db.head_revision()
+
+
+def test_the_database_is_where_its_url_says(tmp_path: Path) -> None:
+    """Callers ask the Database, never the file: a URL elsewhere leaves no sweepq.db in the root."""
+    root = tmp_path / "root"
+    default = Database.for_root(root)
+    assert default.url.render_as_string() == f"sqlite:///{root}/sweepq.db"
+    assert not default.exists() and not root.exists()  # asking creates nothing
+    default.check_writable()  # nothing there yet: nothing to refuse
+
+    elsewhere = Database(f"sqlite:///{tmp_path / 'queues' / 'q.db'}", migrate_lock=tmp_path / "migrate.lock")
+    (tmp_path / "queues").mkdir()
+    store = Store.open(root, create=True, database=elsewhere)
+    store.close()
+    assert elsewhere.exists() and not default.exists()
+    reader = Store.open_readonly(root, database=Database(elsewhere.url))
+    try:
+        assert reader.cells() == [] and reader.database.schema_current()
+    finally:
+        reader.close()
+
+    server = Database("postgresql+psycopg://sweep:secret@db.example/sweeps")
+    assert server.path is None and "secret" not in server.describe()

@@ -23,8 +23,9 @@ from rich.live import Live
 
 from sweepq.cli import render
 from sweepq.errors import UsageError
-from sweepq.layout import RootPaths
+from sweepq.layout import RootPaths, default_root_beside
 from sweepq.queue import reconcile
+from sweepq.queue.database import Database
 from sweepq.queue.reaper import reap, reconcile_markers
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import CellState, Reason
@@ -37,7 +38,7 @@ HARD_STOP_WAIT_S = 10.0
 
 def default_root(sweep: Sweep) -> Path:
     """`root:` from the file, else runs/<name> beside the file."""
-    return sweep.root or Path(sweep.settings.spec_dir) / "runs" / sweep.settings.name
+    return sweep.root or default_root_beside(Path(sweep.settings.spec_dir), sweep.settings.name)
 
 
 def resolve_root(spec: str | None, root: str | None) -> Path:
@@ -50,7 +51,7 @@ def resolve_root(spec: str | None, root: str | None) -> Path:
     if spec:
         return default_root(load_sweep(spec)).resolve()
     cwd = Path.cwd()
-    if RootPaths(cwd).db.exists():
+    if Database.for_root(cwd).exists():
         return cwd
     raise UsageError(
         "no sweep root given and the current folder is not one: pass the sweep file, "
@@ -67,8 +68,7 @@ def check_writable(root: Path) -> None:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"the sweep root {root} is not writable ({probe} does not let this user write)")
-    if root.exists() and (root / "sweepq.db").exists() and not os.access(root / "sweepq.db", os.W_OK):
-        raise UsageError(f"the database {root / 'sweepq.db'} is not writable by this user")
+    Database.for_root(root).check_writable()
 
 
 @dataclass
@@ -85,24 +85,17 @@ def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
     target = Path(root).resolve() if root else default_root(sweep).resolve()
     check_writable(target)
     existing: dict[str, tuple[str, dict[str, Any], bool]] = {}
-    if RootPaths(target).db.exists():
-        store = Store.open_readonly(target) if _schema_current(target) else Store.open(target)
+    database = Database.for_root(target)
+    if database.exists():
+        current = database.schema_current()
+        # An older schema is upgraded first: the stored cells are read through this sweepq's models.
+        store = Store.open_readonly(target, database=database) if current else Store.open(target, database=database)
         try:
             existing = store.existing_cfgs()
         finally:
             store.close()
     plan = reconcile.plan(sweep, existing, accept_changed)
     return Prepared(sweep, target, plan, accept_changed)
-
-
-def _schema_current(root: Path) -> bool:
-    from sweepq.queue import db
-
-    engine = db.make_engine(RootPaths(root).db)
-    try:
-        return db.current_revision(engine) == db.head_revision()
-    finally:
-        engine.dispose()
 
 
 def apply(p: Prepared) -> Store:
@@ -165,8 +158,8 @@ class Launcher:
                     pass
 
     def start_workers(self) -> None:
-        logs = RootPaths(self.root).private / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
+        paths = RootPaths(self.root)
+        paths.logs.mkdir(parents=True, exist_ok=True)
         threads = max(1, (os.cpu_count() or 1) // self.n)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for i in range(self.n):
@@ -174,9 +167,9 @@ class Launcher:
             env.setdefault("OMP_NUM_THREADS", str(threads))
             if self.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = self.gpus[i % len(self.gpus)]
-            log = open(logs / f"worker-{stamp}-{os.getpid()}-{i + 1}.log", "ab")
-            self.procs.append(
-                subprocess.Popen(
+            # The worker keeps its own descriptor of the log; this one is not needed after the start.
+            with open(paths.worker_log(stamp, os.getpid(), i + 1), "ab") as log:
+                worker = subprocess.Popen(
                     [
                         sys.executable,
                         "-m",
@@ -195,8 +188,7 @@ class Launcher:
                     env=env,
                     start_new_session=True,  # only this launcher signals them
                 )
-            )
-            log.close()
+            self.procs.append(worker)
 
     def wait(self, store: Store) -> None:
         """Show progress until every worker exited."""

@@ -48,14 +48,13 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool) -> No
 
 
 def _alive(store: Store, cell: Any) -> bool | None:
-    """For running cells: does a live process hold the cell's lock? (None for other states.)"""
-    from sweepq.layout import CellPaths
-    from sweepq.queue.lock import is_free
+    """For running cells: does a live process own the cell? (None for other states.)"""
+    from sweepq.queue import liveness
     from sweepq.queue.states import CellState
 
     if cell.state is not CellState.RUNNING:
         return None
-    return not is_free(CellPaths(store.root, cell.id).lock)
+    return liveness.for_root(store.root).owner_alive(cell.id)
 
 
 def _dead_running(store: Store) -> set[str]:

@@ -14,6 +14,7 @@ from sweepq.cli.app import friendly, json_option, main, out, print_json
 from sweepq.cli.launch import default_root, launch, resolve_root
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
+from sweepq.queue.database import Database
 from sweepq.spec.sweep import load_sweep
 
 
@@ -31,7 +32,7 @@ def plan(spec: str, as_json: bool) -> None:
     for c in sweep.cells:
         row: dict[str, Any] = {"cell": c.id, "group": c.group_name, "cfg": c.cfg, "cfg_hash": c.cfg_hash}
         if sweep.settings.program is not None or sweep.settings.form == "wandb":
-            args_file = str(root / "cells" / c.id / "args.json")
+            args_file = str(RootPaths(root).cell(c.id).args)
             row["command"] = render_command(sweep.settings, c.cfg, args_json_file=args_file, environ=os.environ)
         rows.append(row)
     for w in sweep.warnings:
@@ -93,6 +94,6 @@ def worker(root: str, name: str | None, parent_pid: int | None) -> None:
     if parent_pid is not None:
         die_with_parent(parent_pid)
     path = resolve_root(None, root)
-    if not RootPaths(path).db.exists():
+    if not Database.for_root(path).exists():
         raise UsageError(f"{path} is not a sweep root: launch the sweep once with `sweepq launch SPEC --root {root}`")
     sys.exit(Worker(path, name=name).run())

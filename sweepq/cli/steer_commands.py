@@ -11,7 +11,7 @@ import click
 from sweepq.cli.app import friendly, main, root_option, steering
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
-from sweepq.queue.lock import CellLock
+from sweepq.queue import liveness
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import select_cells
 
@@ -70,12 +70,12 @@ def _reset_one(store: Store, cid: str, stamp: str) -> bool:
     from sweepq.layout import CellPaths
 
     paths = CellPaths(store.root, cid)
-    lock = CellLock(paths.lock)
-    if not lock.try_acquire():
+    owner = liveness.for_root(store.root).take(cid)
+    if owner is None:
         click.echo(f"{cid} is running: cancel it first (sweepq cancel {cid})", err=True)
         return False
     try:
-        attic = RootPaths(store.root).attic / cid / stamp
+        attic = RootPaths(store.root).attic_entry(cid, stamp)
         moved = []
         for item in (paths.checkpoints, paths.done):
             if item.exists():
@@ -88,7 +88,7 @@ def _reset_one(store: Store, cid: str, stamp: str) -> bool:
             store.add_event(cid, "moved_to_attic", {"path": str(attic.relative_to(store.root)), "items": moved})
         return True
     finally:
-        lock.release()
+        owner.release()
 
 
 def _report_moves(verb: str, moved: list[str], asked: list[str], store: Store) -> None:

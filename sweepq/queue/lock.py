@@ -1,11 +1,9 @@
 """The cell lock: a whole-file flock on cells/<cell>/lock, the proof that a cell's owner lives.
 
-The worker takes the lock *before* it claims the cell in the database and hands
-the locked descriptor to the training process (the same open file description,
-so the lock is held while either process lives). A `running` cell whose lock
-can be taken therefore belongs to processes that are all gone: no gap between
-claim and child start in which a reaper could mistake a new attempt for a dead
-one, and no second writer while any process of the attempt lives.
+The mechanism behind FileLockLiveness (liveness.py), which is what callers use.
+The lock sits on the open file description, so a descriptor passed to a child
+keeps it held while either process lives; it goes away with the last process
+that has it open, however that process ends (kill -9 and power loss included).
 """
 
 from __future__ import annotations
@@ -14,8 +12,6 @@ import os
 from pathlib import Path
 
 from filelock import lock_descriptor
-
-ENV_LOCK_FD = "SWEEPQ_LOCK_FD"  # the inherited, locked descriptor of a training process
 
 
 class CellLock:
@@ -47,18 +43,25 @@ class CellLock:
         self.release()
 
 
-def is_free(path: Path) -> bool:
-    """True when nobody holds the lock (it is taken and dropped at once to find out)."""
-    if not path.exists():
-        return True
-    lock = CellLock(path)
-    if lock.try_acquire():
-        lock.release()
-        return True
-    return False
+def is_held(path: Path) -> bool:
+    """Does some process hold the lock? Creates nothing (read commands ask this).
+
+    Found out by taking the lock and dropping it at once, through a read-only
+    descriptor (flock needs no write access).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # never locked: no attempt of this cell has started here
+    try:
+        return not lock_descriptor(fd, blocking=False)
+    finally:
+        os.close(fd)
 
 
-def verify_inherited(fd: int) -> None:
-    """In the training process: make sure the inherited descriptor really holds the lock."""
-    if not lock_descriptor(fd, blocking=False):
-        raise RuntimeError("the cell lock handed to this process is held by another process")
+def ensure_held(fd: int) -> bool:
+    """Make sure an inherited descriptor holds its lock; False when another process holds it.
+
+    Locking again through the description that holds the lock succeeds at once.
+    """
+    return lock_descriptor(fd, blocking=False)

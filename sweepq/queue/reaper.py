@@ -1,8 +1,8 @@
-"""Liveness: closing attempts whose processes are gone, and keeping the database true to the disk.
+"""The reaper: closing attempts whose processes are gone, and keeping the database true to the disk.
 
-A `running` cell whose lock can be taken belongs to processes that are all
-dead (see lock.py). The reaper closes its attempt from what the dead process
-left: its receipt file, else a DONE.json that verifies, else `lost`. Every
+A `running` cell whose ownership can be taken belongs to processes that are
+all dead (see liveness.py). The reaper closes its attempt from what the dead
+process left: its receipt file, else a DONE.json that verifies, else `lost`. Every
 close (by a worker, an orphaned training process or a reaper) first mirrors
 the cell's committed checkpoints from disk into the database, so messages lost
 with a dead process cost nothing.
@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 
 from sweepq.atomic import read_json
-from sweepq.checkpoint import manifest, marker
-from sweepq.layout import MANIFEST_NAME, CellPaths
-from sweepq.queue.lock import CellLock
+from sweepq.checkpoint import marker, storage
+from sweepq.evidence import Evidence, Witness
+from sweepq.layout import CellPaths
+from sweepq.outcome import account_of, decide
+from sweepq.queue import liveness
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import CheckpointState, Store
@@ -24,13 +26,13 @@ from sweepq.queue.store import CheckpointState, Store
 def sync_checkpoints(store: Store, cell: str) -> None:
     """Make the database's checkpoint rows agree with the committed folders on disk."""
     paths = CellPaths(store.root, cell)
-    on_disk = manifest.committed_manifests(paths)
+    on_disk = storage.committed_manifests(storage.for_cell(paths))
     known = {c.step: c for c in store.checkpoints(cell) if c.state != CheckpointState.CORRUPT}
     for step, m in on_disk.items():
         row = known.get(step)
         if row is not None and row.state == CheckpointState.COMMITTED and row.manifest_sha256:
             continue
-        mpath = paths.checkpoint(step) / MANIFEST_NAME
+        mpath = paths.manifest(step)
         store.record_checkpoint(
             cell,
             step,
@@ -51,40 +53,40 @@ def finish_attempt(store: Store, cell: str, number: int, outcome: Outcome) -> Ce
 
 
 def outcome_from_files(store: Store, cell: str, number: int, last_step: int | None) -> Outcome:
-    """What a dead attempt left behind, best evidence first."""
+    """What a dead attempt left behind, judged by sweepq.outcome (Witness.REAPER).
+
+    Read in the table's order, so a receipt spares the verification of DONE.json.
+    """
     paths = CellPaths(store.root, cell)
-    receipt = paths.receipt(number)
-    if receipt.exists():
-        try:
-            o = Outcome.from_json(read_json(receipt))
-            o.note = ((o.note + "; ") if o.note else "") + "closed from its receipt file"
-            return o
-        except (OSError, ValueError, TypeError):
-            pass
-    rec = store.cell(cell)
-    done, _ = marker.verify_done(paths, rec.cfg_hash)
+    try:
+        receipt = read_json(paths.receipt(number))
+    except (OSError, ValueError):
+        receipt = None
+    if account_of(receipt) is not None:
+        return _judged(Evidence(Witness.REAPER, account=receipt))
+    done, _ = marker.verify_done(paths, store.cell(cell).cfg_hash)
     if done is not None and done.get("attempt") == number:
-        return Outcome(
-            Reason.COMPLETED,
-            end_step=done.get("step"),
-            metrics=done.get("metrics"),
-            note="closed from DONE.json: its process ended before the database was told",
-        )
-    mine = [s for s, m in manifest.committed_manifests(paths).items() if m.get("attempt") == number]
+        return _judged(Evidence(Witness.REAPER, done=done))
+    mine = [s for s, m in storage.committed_manifests(storage.for_cell(paths)).items() if m.get("attempt") == number]
     known = [x for x in (last_step, max(mine) if mine else None) if x is not None]
-    return Outcome(
-        Reason.LOST,
-        end_step=max(known) if known else None,
-        note="the process vanished (no receipt, lock free): kill -9, reboot or power loss",
-    )
+    return _judged(Evidence(Witness.REAPER, step=max(known) if known else None))
 
 
-def reap(store: Store, override: Outcome | None = None) -> list[tuple[str, str]]:
-    """Close the attempts of running cells whose lock is free; returns (cell, reason) pairs."""
+def _judged(e: Evidence) -> Outcome:
+    o = decide(e)
+    assert o is not None  # the reaper always has a verdict
+    return o
+
+
+def reap(
+    store: Store, override: Outcome | None = None, owners: liveness.Liveness | None = None
+) -> list[tuple[str, str]]:
+    """Close the attempts of running cells whose owner is gone; returns (cell, reason) pairs."""
+    owners = owners or liveness.for_root(store.root)
     reaped = []
     for cell, number in store.running():
-        lock = CellLock(CellPaths(store.root, cell).lock)
-        if not lock.try_acquire():
+        owner = owners.take(cell)
+        if owner is None:
             continue  # its process lives
         try:
             rec = store.cell(cell)
@@ -96,14 +98,14 @@ def reap(store: Store, override: Outcome | None = None) -> list[tuple[str, str]]
             if finish_attempt(store, cell, number, outcome) is not None:
                 reaped.append((cell, str(outcome.reason)))
         finally:
-            lock.release()
+            owner.release()  # held until the attempt is closed: no worker claims it meanwhile
     return reaped
 
 
 def reconcile_markers(store: Store) -> list[tuple[str, str]]:
     """DONE.json wins over the database: repair cells it says are done, requeue done cells without one.
 
-    Running cells are left to the reaper (their lock decides).
+    Running cells are left to the reaper (their owner's liveness decides).
     """
     changes = []
     for rec in store.cells():
@@ -111,9 +113,9 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
             continue
         paths = CellPaths(store.root, rec.id)
         if rec.state is CellState.DONE:
-            if not paths.done.exists() or marker.read_done(paths) is None:
-                if store.requeue_missing_marker(rec.id, "DONE.json is missing or unreadable"):
-                    changes.append((rec.id, "requeued: DONE.json missing"))
+            missing = not paths.done.exists() or marker.read_done(paths) is None
+            if missing and store.requeue_missing_marker(rec.id, "DONE.json is missing or unreadable"):
+                changes.append((rec.id, "requeued: DONE.json missing"))
             continue
         done, _ = marker.verify_done(paths, rec.cfg_hash)
         if done is not None and store.repair_done(rec.id, done):

@@ -1,0 +1,309 @@
+"""A worker's verbs: claim a cell, report on its attempt, close the attempt by the retry policy.
+
+Also the repairs that make the database agree with the disk when a process
+died before telling it (DONE.json wins). State changes are guarded in SQL
+(`UPDATE ... WHERE state IN (...)`): a row count of zero is a lost race or an
+illegal transition, never a silent overwrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from sweepq.errors import IllegalTransition
+from sweepq.queue import states
+from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow
+from sweepq.queue.records import Claim, Outcome, WorkerInfo
+from sweepq.queue.rows import json_safe
+from sweepq.queue.states import CellState, CheckpointState, Reason
+from sweepq.queue.transactions import StoreBase, rowcount
+
+
+class StoreClaims(StoreBase):
+    def claim(self, cell_id: str, worker: WorkerInfo) -> Claim | None:
+        """Move a claimable cell to running and open its next attempt; None if we lost.
+
+        The caller already holds the cell's file lock; the guarded UPDATE's row
+        count is the proof that no other worker claimed it first.
+        """
+        now = self.clock()
+        with self._write() as s:
+            res = s.execute(
+                update(CellRow)
+                .where(
+                    CellRow.id == cell_id,
+                    CellRow.state.in_([str(x) for x in states.sources_of(CellState.RUNNING)]),
+                    CellRow.removed.is_(False),
+                    or_(CellRow.retry_after.is_(None), CellRow.retry_after <= now),
+                )
+                .values(
+                    state=CellState.RUNNING,
+                    attempts=CellRow.attempts + 1,
+                    retry_after=None,
+                    updated_at=now,
+                )
+            )
+            if rowcount(res) != 1:
+                return None
+            row = s.get(CellRow, cell_id)
+            assert row is not None
+            s.refresh(row)
+            nan_step, row.nan_step = row.nan_step, None  # the rollback is this attempt's alone
+            s.add(
+                AttemptRow(
+                    cell_id=cell_id,
+                    number=row.attempts,
+                    worker=worker.worker,
+                    host=worker.host,
+                    worker_pid=worker.pid,
+                    started_at=now,
+                    start_step=0,
+                    nan_step=nan_step,
+                    gpus=[],
+                )
+            )
+            return Claim(cell_id, row.attempts, row.cfg, nan_step, row.last_reason)
+
+    def attempt_started(self, cell: str, number: int, **fields: Any) -> None:
+        """Fill in what the training process learned at start (pid, resume step, env)."""
+        allowed = {
+            "pid",
+            "gpus",
+            "start_step",
+            "start_checkpoint_sha",
+            "environment",
+            "code_fingerprint",
+            "data_fingerprint",
+        }
+        values = {k: v for k, v in fields.items() if k in allowed and v is not None}
+        if not values:
+            return
+        with self._write() as s:
+            s.execute(
+                update(AttemptRow).where(AttemptRow.cell_id == cell, AttemptRow.number == number).values(**values)
+            )
+
+    def progress(self, cell: str, number: int, **fields: Any) -> None:
+        """The training stream, at most about once a second per running cell."""
+        now = self.clock()
+        allowed = {"step", "total_steps", "epoch", "total_epochs", "metrics", "best", "best_step"}
+        values = {k: v for k, v in fields.items() if k in allowed}
+        with self._write() as s:
+            s.execute(
+                update(CellRow)
+                .where(
+                    CellRow.id == cell,
+                    CellRow.state == CellState.RUNNING,
+                    CellRow.attempts == number,
+                )
+                .values(progress_at=now, updated_at=now, **values)
+            )
+
+    def record_checkpoint(
+        self,
+        cell: str,
+        step: int,
+        *,
+        path: str,
+        epoch: float | None = None,
+        metrics: dict[str, Any] | None = None,
+        manifest_sha256: str | None = None,
+        attempt: int | None = None,
+        size_bytes: int | None = None,
+        created_at: datetime | None = None,
+        state: str = CheckpointState.COMMITTED,
+        note: str | None = None,
+    ) -> None:
+        """Insert or update the row of a checkpoint (the manifest on disk is the source)."""
+        now = self.clock()
+        with self._write() as s:
+            row = s.scalar(
+                select(CheckpointRow).where(
+                    CheckpointRow.cell_id == cell,
+                    CheckpointRow.step == step,
+                    CheckpointRow.state != CheckpointState.CORRUPT,
+                )
+            )
+            if row is None:
+                row = CheckpointRow(cell_id=cell, step=step, created_at=created_at or now, path=path)
+                s.add(row)
+            row.path, row.state = path, state
+            for k, v in dict(
+                epoch=epoch,
+                metrics=metrics,
+                manifest_sha256=manifest_sha256,
+                attempt=attempt,
+                size_bytes=size_bytes,
+                note=note,
+            ).items():
+                if v is not None:
+                    setattr(row, k, v)
+
+    def set_checkpoint_state(self, cell: str, steps: Iterable[int], state: str, note: str | None = None) -> None:
+        steps = list(steps)
+        if not steps:
+            return
+        with self._write() as s:
+            values: dict[str, Any] = {"state": state}
+            if note is not None:
+                values["note"] = note
+            s.execute(
+                update(CheckpointRow)
+                .where(
+                    CheckpointRow.cell_id == cell,
+                    CheckpointRow.step.in_(steps),
+                    CheckpointRow.state != CheckpointState.CORRUPT,
+                )
+                .values(**values)
+            )
+
+    def finish(self, cell: str, number: int, outcome: Outcome) -> CellState | None:
+        """Close an attempt and move its cell by the retry policy; None if already closed.
+
+        One transaction: the attempt's guarded update (reason IS NULL) decides who
+        closes it when a worker, an orphaned training process and a reaper race.
+        """
+        now = self.clock()
+        reason = Reason(outcome.reason)
+        with self._write() as s:
+            policy = self._settings(s).retries
+            att = self._attempt_row(s, cell, number)
+            if att is None or att.reason is not None:
+                return None
+            self._fill_attempt(att, outcome, now)
+            row = s.get(CellRow, cell)
+            assert row is not None
+            if row.state != CellState.RUNNING or row.attempts != number:
+                # The cell moved on (a user command); the receipt is still recorded.
+                return CellState(row.state)
+            spent = self._spent(s, cell, row.budget_base, reason)
+            budget_left = reason not in states.BUDGETED or spent <= policy.budgets.get(reason, 0)
+            target = states.state_after(reason, budget_left)
+            values: dict[str, Any] = {
+                "state": target,
+                "last_reason": reason,
+                "updated_at": now,
+                "cancel_requested": False,
+            }
+            if outcome.end_step is not None:
+                values["step"] = outcome.end_step
+            if target is CellState.QUEUED:
+                delay = min(policy.backoff_max_seconds, policy.backoff_seconds * 2 ** max(0, spent - 1))
+                values["retry_after"] = now + timedelta(seconds=delay)
+            if target is CellState.DONE:
+                values["finished_at"] = now
+                values["nan_step"] = None
+                if isinstance(outcome.metrics, dict):
+                    values["metrics"] = json_safe({**(row.metrics or {}), **outcome.metrics})
+            if target is CellState.FAILED:
+                values["finished_at"] = now
+            if reason is Reason.NAN:
+                values["nan_step"] = outcome.nan_step
+            self._guarded_cell_update(s, cell, CellState.RUNNING, target, values)
+            return target
+
+    def repair_done(self, cell: str, marker: dict[str, Any]) -> bool:
+        """A verified DONE.json wins over the database: make the cell done."""
+        now = self.clock()
+        with self._write() as s:
+            row = s.get(CellRow, cell)
+            if row is None or row.state == CellState.DONE:
+                return False
+            if row.state == CellState.RUNNING:
+                att = self._attempt_row(s, cell, row.attempts)
+                if att is not None and att.reason is None:
+                    self._fill_attempt(
+                        att,
+                        Outcome(
+                            reason=Reason.COMPLETED,
+                            end_step=marker.get("step"),
+                            note="closed from DONE.json (its process ended before the database was told)",
+                        ),
+                        now,
+                    )
+                sources: frozenset[CellState] = frozenset({CellState.RUNNING})
+            else:
+                sources = states.sources_of(CellState.DONE, states.REPAIR_TRANSITIONS)
+            values = {
+                "state": CellState.DONE,
+                "last_reason": Reason.COMPLETED,
+                "finished_at": now,
+                "updated_at": now,
+                "retry_after": None,
+                "cancel_requested": False,
+                "metrics": json_safe({**(row.metrics or {}), **(marker.get("metrics") or {})}),
+            }
+            if marker.get("step") is not None:
+                values["step"] = marker["step"]
+            res = s.execute(
+                update(CellRow).where(CellRow.id == cell, CellRow.state.in_([str(x) for x in sources])).values(**values)
+            )
+            if rowcount(res) == 1:
+                self._event(s, cell, "repaired_from_marker", {"from": row.state, "attempt": marker.get("attempt")})
+            return rowcount(res) == 1
+
+    def requeue_missing_marker(self, cell: str, why: str) -> bool:
+        now = self.clock()
+        with self._write() as s:
+            res = s.execute(
+                update(CellRow)
+                .where(CellRow.id == cell, CellRow.state == CellState.DONE)
+                .values(state=CellState.QUEUED, finished_at=None, updated_at=now)
+            )
+            if rowcount(res) == 1:
+                self._event(s, cell, "marker_invalid", {"why": why})
+            return rowcount(res) == 1
+
+    # -- helpers --------------------------------------------------------------
+
+    @staticmethod
+    def _spent(s: Session, cell: str, base: int, reason: Reason) -> int:
+        """Attempts that ended with `reason` since the last fresh budget (this one included)."""
+        q = (
+            select(func.count())
+            .select_from(AttemptRow)
+            .where(AttemptRow.cell_id == cell, AttemptRow.number > base, AttemptRow.reason == str(reason))
+        )
+        return int(s.scalar(q) or 0)
+
+    @staticmethod
+    def _fill_attempt(att: AttemptRow, o: Outcome, now: datetime) -> None:
+        att.reason = str(Reason(o.reason))
+        att.ended_at = now
+        for name in (
+            "end_step",
+            "exit_code",
+            "exit_signal",
+            "error_tail",
+            "peak_memory_bytes",
+            "peak_gpu_memory_bytes",
+            "note",
+            "pid",
+            "gpus",
+            "environment",
+            "code_fingerprint",
+            "data_fingerprint",
+            "start_step",
+            "start_checkpoint_sha",
+        ):
+            v = getattr(o, name)
+            if v is not None:
+                setattr(att, name, v)
+        wall = o.wall_seconds
+        if wall is None:
+            wall = (now - att.started_at).total_seconds()
+        att.wall_seconds = wall
+        att.gpu_seconds = o.gpu_seconds if o.gpu_seconds is not None else wall * len(att.gpus or [])
+
+    def _guarded_cell_update(
+        self, s: Session, cell: str, source: CellState, target: CellState, values: dict[str, Any]
+    ) -> None:
+        states.check(source, target)
+        res = s.execute(update(CellRow).where(CellRow.id == cell, CellRow.state == source).values(**values))
+        if rowcount(res) != 1:
+            raise IllegalTransition(f"cell {cell} was not {source} when it should become {target}")

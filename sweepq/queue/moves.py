@@ -1,0 +1,89 @@
+"""The user's moves: retry, reset and cancel, each guarded by the state machine's user transitions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import update
+
+from sweepq.queue import states
+from sweepq.queue.models import CellRow, CheckpointRow
+from sweepq.queue.states import CellState, CheckpointState, Reason
+from sweepq.queue.transactions import StoreBase, rowcount
+
+
+class StoreMoves(StoreBase):
+    def retry(self, cells: list[str]) -> list[str]:
+        """failed/cancelled -> queued with a fresh budget; returns the cells moved."""
+        return self._user_move(cells, "retry", fresh_budget=True)
+
+    def reset(self, cells: list[str]) -> list[str]:
+        """-> queued from scratch (the caller moved checkpoints and DONE.json aside first)."""
+        return self._user_move(cells, "reset", fresh_budget=True, clear_progress=True)
+
+    def cancel(self, cells: list[str]) -> tuple[list[str], list[str]]:
+        """Cancel queued/interrupted cells now; ask workers to stop running ones.
+
+        Returns (cancelled now, cancellation requested for running cells).
+        """
+        moved = self._user_move(cells, "cancel")
+        now = self.clock()
+        requested = []
+        with self._write() as s:
+            for cid in cells:
+                res = s.execute(
+                    update(CellRow)
+                    .where(CellRow.id == cid, CellRow.state == CellState.RUNNING)
+                    .values(cancel_requested=True, updated_at=now)
+                )
+                if rowcount(res) == 1:
+                    requested.append(cid)
+                    self._event(s, cid, "cancel_requested", {})
+        return moved, requested
+
+    def _user_move(
+        self, cells: list[str], verb: str, *, fresh_budget: bool = False, clear_progress: bool = False
+    ) -> list[str]:
+        ((target, sources),) = states.USER_TRANSITIONS[verb].items()
+        now = self.clock()
+        moved = []
+        with self._write() as s:
+            for cid in cells:
+                values: dict[str, Any] = {
+                    "state": target,
+                    "updated_at": now,
+                    "retry_after": None,
+                    "cancel_requested": False,
+                }
+                if target is CellState.CANCELLED:
+                    values["finished_at"] = now
+                    values["last_reason"] = Reason.CANCELLED
+                else:
+                    values["finished_at"] = None
+                if fresh_budget:
+                    values["budget_base"] = CellRow.attempts
+                if clear_progress:
+                    values.update(
+                        step=None,
+                        epoch=None,
+                        metrics=None,
+                        best=None,
+                        best_step=None,
+                        nan_step=None,
+                        last_reason=None,
+                    )
+                res = s.execute(
+                    update(CellRow)
+                    .where(CellRow.id == cid, CellRow.state.in_([str(x) for x in sources]))
+                    .values(**values)
+                )
+                if rowcount(res) == 1:
+                    moved.append(cid)
+                    self._event(s, cid, verb, {})
+                    if clear_progress:
+                        s.execute(
+                            update(CheckpointRow)
+                            .where(CheckpointRow.cell_id == cid, CheckpointRow.state == CheckpointState.COMMITTED)
+                            .values(state=CheckpointState.SUPERSEDED, note=f"moved aside by {verb}")
+                        )
+        return moved

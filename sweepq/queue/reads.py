@@ -1,0 +1,145 @@
+"""The store's questions: read-only, each in one read transaction, answered with frozen records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, or_, select
+
+from sweepq.errors import UsageError
+from sweepq.queue import states
+from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow, SweepRow
+from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
+from sweepq.queue.rows import attempt_record, cell_record, checkpoint_record, event_record
+from sweepq.queue.states import CellState
+from sweepq.queue.transactions import StoreBase
+from sweepq.spec.sweep import Settings
+
+
+class StoreReads(StoreBase):
+    # -- the sweep ----------------------------------------------------------
+
+    def settings(self) -> Settings:
+        with self._read() as s:
+            return self._settings(s)
+
+    def sweep_info(self) -> dict[str, Any]:
+        with self._read() as s:
+            row = s.get(SweepRow, 1)
+            if row is None:
+                return {}
+            return {"name": row.name, "spec_path": row.spec_path, "created_at": row.created_at}
+
+    # -- cells, attempts, checkpoints, history ------------------------------
+
+    def cells(self, include_removed: bool = True) -> list[CellRecord]:
+        with self._read() as s:
+            q = select(CellRow).order_by(CellRow.group_number, CellRow.index)
+            if not include_removed:
+                q = q.where(CellRow.removed.is_(False))
+            return [cell_record(r) for r in s.scalars(q)]
+
+    def cell(self, cell_id: str) -> CellRecord:
+        with self._read() as s:
+            row = s.get(CellRow, cell_id)
+            if row is None:
+                raise UsageError(f"no cell {cell_id!r} in the sweep at {self.root}")
+            return cell_record(row)
+
+    def attempts(
+        self, cell: str | None = None, reason: str | None = None, newest_first: bool = False
+    ) -> list[AttemptRecord]:
+        with self._read() as s:
+            q = select(AttemptRow)
+            if cell is not None:
+                q = q.where(AttemptRow.cell_id == cell)
+            if reason is not None:
+                q = q.where(AttemptRow.reason == reason)
+            order = (AttemptRow.started_at, AttemptRow.id)
+            q = q.order_by(*(o.desc() for o in order)) if newest_first else q.order_by(*order)
+            return [attempt_record(r) for r in s.scalars(q)]
+
+    def attempt(self, cell: str, number: int) -> AttemptRecord | None:
+        with self._read() as s:
+            row = self._attempt_row(s, cell, number)
+            return None if row is None else attempt_record(row)
+
+    def checkpoints(self, cell: str) -> list[CheckpointRecord]:
+        with self._read() as s:
+            q = select(CheckpointRow).where(CheckpointRow.cell_id == cell).order_by(CheckpointRow.step)
+            return [checkpoint_record(r) for r in s.scalars(q)]
+
+    def events(self, cell: str | None = None) -> list[EventRecord]:
+        with self._read() as s:
+            q = select(EventRow).order_by(EventRow.at, EventRow.id)
+            if cell is not None:
+                q = q.where(EventRow.cell_id == cell)
+            return [event_record(r) for r in s.scalars(q)]
+
+    def claimable(self) -> list[str]:
+        """Cell ids a worker may claim now, in claim order: interrupted first, then queued."""
+        now = self.clock()
+        with self._read() as s:
+            q = (
+                select(CellRow.id, CellRow.state)
+                .where(
+                    CellRow.state.in_([str(x) for x in states.CLAIMABLE]),
+                    CellRow.removed.is_(False),
+                    or_(CellRow.retry_after.is_(None), CellRow.retry_after <= now),
+                )
+                .order_by(CellRow.group_number, CellRow.index)
+            )
+            rows = list(s.execute(q))
+        rank = {str(x): i for i, x in enumerate(states.CLAIMABLE)}
+        return [r.id for r in sorted(rows, key=lambda r: rank[r.state])]
+
+    def etas(self) -> dict[str, float]:
+        """Seconds left for running cells, from their attempt's rate since it started."""
+        with self._read() as s:
+            q = (
+                select(
+                    CellRow.id,
+                    CellRow.step,
+                    CellRow.total_steps,
+                    CellRow.progress_at,
+                    AttemptRow.started_at,
+                    AttemptRow.start_step,
+                )
+                .join(AttemptRow, (AttemptRow.cell_id == CellRow.id) & (AttemptRow.number == CellRow.attempts))
+                .where(CellRow.state == CellState.RUNNING)
+            )
+            rows = list(s.execute(q))
+        out = {}
+        for r in rows:
+            if not r.total_steps or r.step is None or r.progress_at is None:
+                continue
+            done, spent = r.step - (r.start_step or 0), (r.progress_at - r.started_at).total_seconds()
+            if done > 0 and spent > 0:
+                out[r.id] = max(0.0, (r.total_steps - r.step) * spent / done)
+        return out
+
+    def running(self) -> list[tuple[str, int]]:
+        """(cell, attempt number) of every cell the database believes is running."""
+        with self._read() as s:
+            q = select(CellRow.id, CellRow.attempts).where(CellRow.state == CellState.RUNNING)
+            return [(r.id, r.attempts) for r in s.execute(q)]
+
+    def unsettled(self) -> int:
+        """Cells that are neither done, failed nor cancelled (and still in the sweep)."""
+        with self._read() as s:
+            q = select(func.count()).where(
+                CellRow.state.not_in([str(x) for x in states.TERMINAL]), CellRow.removed.is_(False)
+            )
+            return int(s.scalar(q.select_from(CellRow)) or 0)
+
+    def next_retry_at(self) -> datetime | None:
+        with self._read() as s:
+            q = select(func.min(CellRow.retry_after)).where(
+                CellRow.state == CellState.QUEUED, CellRow.removed.is_(False)
+            )
+            return s.scalar(q)
+
+    def cancel_requested(self, cell: str) -> bool:
+        with self._read() as s:
+            return bool(s.scalar(select(CellRow.cancel_requested).where(CellRow.id == cell)))

@@ -1,0 +1,129 @@
+"""Opening a root's queue and the transactions every verb runs in (the base of Store).
+
+Every write is one short write transaction (`BEGIN IMMEDIATE` on SQLite), or
+joins the one a caller opened with `batch()`. Reads run in their own
+transaction so that they see one consistent state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self, cast
+
+from sqlalchemy import CursorResult, Result, select
+from sqlalchemy.orm import Session
+
+from sweepq.errors import UsageError
+from sweepq.layout import RootPaths
+from sweepq.queue.database import Database
+from sweepq.queue.models import AttemptRow, EventRow, SweepRow
+from sweepq.queue.rows import json_safe
+from sweepq.spec.sweep import Settings
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class StoreBase:
+    def __init__(self, root: Path, database: Database, clock: Clock = utcnow) -> None:
+        self.root = root
+        self.paths = RootPaths(root)
+        self.database = database
+        self.engine = database.engine
+        self._writer = database.writer
+        self.clock = clock
+        self._batch: Session | None = None
+
+    # -- opening ----------------------------------------------------------
+
+    @classmethod
+    def open(cls, root: Path, *, create: bool = False, clock: Clock = utcnow, database: Database | None = None) -> Self:
+        """Open a root's database, migrating it to this sweepq's schema.
+
+        `create=False` refuses a folder that is not a sweep root (no database).
+        `database` replaces the root's own (Database.for_root).
+        """
+        database = database or Database.for_root(root)
+        if not database.exists():
+            if not create:
+                raise _not_a_root(root, database)
+            root.mkdir(parents=True, exist_ok=True)
+        database.upgrade()
+        return cls(root, database, clock)
+
+    @classmethod
+    def open_readonly(cls, root: Path, clock: Clock = utcnow, database: Database | None = None) -> Self:
+        """For read commands: never creates or migrates anything."""
+        database = database or Database.for_root(root)
+        if not database.exists():
+            raise _not_a_root(root, database)
+        database.check_current()
+        return cls(root, database, clock)
+
+    def close(self) -> None:
+        self.database.dispose()
+
+    # -- transactions -------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        if self._batch is not None:  # inside batch(): join its transaction
+            yield self._batch
+            return
+        with Session(self._writer, expire_on_commit=False) as s, s.begin():
+            yield s
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Run the write verbs called inside as one transaction (one fsync, one short lock)."""
+        if self._batch is not None:
+            yield
+            return
+        with Session(self._writer, expire_on_commit=False) as s, s.begin():
+            self._batch = s
+            try:
+                yield
+            finally:
+                self._batch = None
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            yield s
+
+    # -- shared by the verbs --------------------------------------------------
+
+    def add_event(self, cell: str | None, kind: str, detail: dict[str, Any] | None = None) -> None:
+        with self._write() as s:
+            self._event(s, cell, kind, detail or {})
+
+    def _event(self, s: Session, cell: str | None, kind: str, detail: dict[str, Any]) -> None:
+        s.add(EventRow(cell_id=cell, at=self.clock(), kind=kind, detail=json_safe(detail)))
+
+    def _settings(self, s: Session) -> Settings:
+        row = s.get(SweepRow, 1)
+        if row is None:
+            raise UsageError(f"{self.root} has a database but no sweep in it yet")
+        return Settings.from_json(row.settings)
+
+    @staticmethod
+    def _attempt_row(s: Session, cell: str, number: int) -> AttemptRow | None:
+        return s.scalar(select(AttemptRow).where(AttemptRow.cell_id == cell, AttemptRow.number == number))
+
+
+def rowcount(result: Result[Any]) -> int:
+    """The rows a guarded UPDATE changed: 1 proves the change won, 0 is a lost race or an illegal move."""
+    return cast("CursorResult[Any]", result).rowcount
+
+
+def _not_a_root(root: Path, database: Database) -> UsageError:
+    return UsageError(
+        f"{root} is not a sweep root (no database at {database.describe()}). Give the root with "
+        "--root DIR or the sweep file, or launch the sweep first."
+    )
