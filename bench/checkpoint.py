@@ -28,24 +28,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import sweepq.execution.run as run_mod
+import sweepq.execution.cadence as run_mod
+from sweepq import layout
 from sweepq.atomic import fsync_dir
 from sweepq.checkpoint import commit as checkpoint
-from sweepq.checkpoint import diskio, manifest, serialize, snapshot
+from sweepq.checkpoint import deletion, diskio, lanes, manifest, retention, serialize, snapshot, storage
 from sweepq.checkpoint.image import Files
-from sweepq.execution.run import AttemptSpec, Run
+from sweepq.checkpoint.storage import LocalFolder
+from sweepq.execution.attempt_spec import AttemptSpec
+from sweepq.execution.run import Run
 from sweepq.layout import CellPaths
 from sweepq.queue.reconcile import ReconcilePlan
 from sweepq.queue.store import CheckpointState, Store
 from sweepq.spec.sweep import CellSpec, CheckpointPolicy, Settings
 
+REPO = Path(__file__).resolve().parents[1]
 MB = 1 << 20
 CELL = "1.1"
 
@@ -200,7 +203,7 @@ def bare_checkpoint(
     direct: sweepq's files written its way (direct I/O, shards written at once); else one buffered tensor file.
     """
     checkpoints.mkdir(parents=True, exist_ok=True)
-    tmp = checkpoints / f".writing-bare-{step}"
+    tmp = checkpoints / layout.staging_name(step, "bare")
     tmp.mkdir()
     if direct:
         files = image.parts(buffers)
@@ -211,7 +214,7 @@ def bare_checkpoint(
     state = json.dumps(skeleton, separators=(",", ":"), allow_nan=True).encode()
     diskio.write_plain(tmp / manifest.STATE, [memoryview(state)], direct)
     fsync_dir(tmp)
-    os.rename(tmp, checkpoints / f"step-{step}")
+    os.rename(tmp, checkpoints / layout.step_name(step))
     fsync_dir(checkpoints)
 
 
@@ -247,7 +250,7 @@ def sha256_only(files: dict[str, list[memoryview]]) -> Callable[[int], float]:
     def method(r: int) -> float:
         settle()
         t = time.perf_counter()
-        futs = [manifest.hasher(i).submit(digest, parts) for i, parts in enumerate(files.values())]
+        futs = [lanes.hasher(i).submit(digest, parts) for i, parts in enumerate(files.values())]
         for f in futs:
             f.result()
         return time.perf_counter() - t
@@ -270,8 +273,8 @@ def hash_floor(m: dict[str, float], reference: str) -> dict[str, Any]:
 def fig_write(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
     skeleton, buffers, image = prepared(state)
     probe = tmp / "probe"
-    c = checkpoint.write_checkpoint(probe, 0, skeleton, buffers, meta(), image)
-    total = c.size_bytes + (c.path / "manifest.json").stat().st_size
+    c = checkpoint.write_checkpoint(LocalFolder(probe), 0, skeleton, buffers, meta(), image)
+    total = c.size_bytes + (c.path / layout.MANIFEST_NAME).stat().st_size
     shutil.rmtree(probe)
     files = image.parts(buffers)  # sweepq's tensor files: page-aligned memory, each header padded to a page
     assert files is not None
@@ -281,13 +284,14 @@ def fig_write(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
     folder = {k: tmp / k for k in ("sweepq", "raw", "bare_same_io", "torch")}
     for f in folder.values():
         f.mkdir()
+    sweepq_folder = LocalFolder(folder["sweepq"])
 
     def sweepq_(r: int) -> float:
         settle()
         t = time.perf_counter()
-        checkpoint.write_checkpoint(folder["sweepq"], r, skeleton, buffers, meta(), image)
+        checkpoint.write_checkpoint(sweepq_folder, r, skeleton, buffers, meta(), image)
         dt = time.perf_counter() - t
-        shutil.rmtree(folder["sweepq"] / f"step-{r}")
+        shutil.rmtree(sweepq_folder.location(r))
         return dt
 
     def raw(r: int) -> float:
@@ -303,7 +307,7 @@ def fig_write(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
         t = time.perf_counter()
         bare_checkpoint(folder["bare_same_io"], r, skeleton, buffers, image, True)
         dt = time.perf_counter() - t
-        shutil.rmtree(folder["bare_same_io"] / f"step-{r}")
+        shutil.rmtree(folder["bare_same_io"] / layout.step_name(r))
         return dt
 
     def torch_save(r: int) -> float:
@@ -359,6 +363,7 @@ def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, 
     cells = ReconcilePlan(new=[CellSpec(CELL, 1, 1, "g", {}, "x")])
     store.apply_reconcile(settings, None, lambda existing: cells)
     cell = CellPaths(root, CELL)
+    checkpoints = storage.for_cell(cell)
     bare_dir = tmp / "bare" / "checkpoints"
     manifests: dict[int, dict[str, Any]] = {}
     keep_last = CheckpointPolicy().keep_last
@@ -369,11 +374,11 @@ def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, 
         settle()
         step = (r + 1) * 100
         t = time.perf_counter()
-        c = checkpoint.write_checkpoint(cell.checkpoints, step, skeleton, buffers, meta(), image)
+        c = checkpoint.write_checkpoint(checkpoints, step, skeleton, buffers, meta(), image)
         manifests[step] = {"step": step, "metrics": c.metrics, "epoch": c.epoch}
-        drop = sorted(set(manifests) - manifest.to_keep(manifests, keep_last, ("loss", "min"), set()))
+        drop = sorted(set(manifests) - retention.to_keep(manifests, keep_last, ("loss", "min"), set()))
         for s in drop:
-            manifest.delete(cell.checkpoint(s))
+            checkpoints.delete(s)
             manifests.pop(s)
         with store.batch():  # as a worker records what its training process reported: one transaction
             store.record_checkpoint(
@@ -391,7 +396,7 @@ def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, 
         dt = time.perf_counter() - t
         dropped.extend(drop)
         t = time.perf_counter()
-        getattr(manifest, "wait_deleted", lambda: None)()  # untimed: the unlink runs in the background
+        deletion.wait_deleted()  # untimed: the unlink runs in the background
         if drop:
             background.append(time.perf_counter() - t)
         return dt
@@ -403,7 +408,7 @@ def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, 
             t = time.perf_counter()
             bare_checkpoint(bare_dir, step, skeleton, buffers, image, direct)
             dt = time.perf_counter() - t
-            shutil.rmtree(bare_dir / f"step-{step}")
+            shutil.rmtree(bare_dir / layout.step_name(step))
             return dt
 
         return method
@@ -433,7 +438,7 @@ def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, 
         **hash_floor(m, "bare_same_io"),
         "retention_deletions": len(dropped),
         "retention_unlink_in_background_median_s": round(median(background), 6) if background else None,
-        "note": "manifest.delete renames and fsyncs on the checkpoint path (timed) and unlinks on a background "
+        "note": "the storage's delete renames and fsyncs on the checkpoint path (timed) and unlinks on a background "
         "thread; the benchmark waits for that unlink untimed after each round (its median is above)",
         "rounds": rounds,
         **summary(s),
@@ -511,7 +516,7 @@ def fig_stall_mlp(tmp: Path, rounds: int, optimizer: str, per_round: int = 5) ->
             raise RuntimeError(f"the checkpoint's write outlasted {after} steps: raise `after`")
         return dt
 
-    methods = {
+    methods: dict[str, Callable[[int], float]] = {
         "checkpoint_call": ckpt,
         "train_step": train_step,
         "bare_copy": bare_copy,
@@ -552,7 +557,7 @@ def fig_stall_big(tmp: Path, state: dict[str, Any], rounds: int, per_round: int 
     _, tensors = serialize.flatten(state)
     src = list(tensors.values())
     bufs = [torch.empty_like(t) for t in src]
-    for b, t in zip(bufs, src):
+    for b, t in zip(bufs, src, strict=True):
         b.copy_(t)
     step = [0]
 
@@ -580,7 +585,7 @@ def fig_stall_big(tmp: Path, state: dict[str, Any], rounds: int, per_round: int 
         ts = []
         for _ in range(per_round):
             t = time.perf_counter()
-            for b, x in zip(bufs, src):
+            for b, x in zip(bufs, src, strict=True):
                 b.copy_(x)
             ts.append(time.perf_counter() - t)
         return median(ts)
@@ -730,7 +735,7 @@ def fig_resume(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
     s = interleave({"restore": restore, "raw_read": raw}, rounds, "resume", DISK_WARMUP)
     m = {k: median(v) for k, v in s.items()}
     ratio = m["restore"] / m["raw_read"]
-    for a, b in zip(serialize.flatten(state)[1].values(), serialize.flatten(target)[1].values()):
+    for a, b in zip(serialize.flatten(state)[1].values(), serialize.flatten(target)[1].values(), strict=True):
         assert torch.equal(a, b), "the restored state differs from the written one"
     return {
         "what": "Run(spec).restore(state): find the newest verified checkpoint, verify sha256, load, "

@@ -19,8 +19,9 @@ from safetensors.torch import load_file
 from safetensors.torch import save as st_save
 
 from sweepq.checkpoint import commit as checkpoint
-from sweepq.checkpoint import manifest, serialize, snapshot
+from sweepq.checkpoint import serialize, snapshot, storage
 from sweepq.checkpoint.manifest import STATE, TENSORS, CheckpointCorrupt
+from sweepq.checkpoint.storage import LocalFolder
 from sweepq.layout import CellPaths
 
 
@@ -34,7 +35,9 @@ def commit(folder: Path, state: dict[str, Any], step: int = 1, image: bool = Tru
     snap = snapshot.Snapshotter().take(tensors)
     skeleton, buffers = serialize.with_rng(skeleton, snap.buffers, rng)
     meta = {"metrics": {"loss": 0.5}, "epoch": 1.0}
-    return checkpoint.write_checkpoint(folder, step, skeleton, buffers, meta, snap.image if image else None)
+    return checkpoint.write_checkpoint(
+        LocalFolder(folder), step, skeleton, buffers, meta, snap.image if image else None
+    )
 
 
 def test_rng_encoded_later_is_the_same_as_flattened_with_the_state() -> None:
@@ -65,7 +68,7 @@ def odd_state() -> dict[str, Any]:
         "bytes": b"\x00\xffraw",
         "dtype": torch.bfloat16,
         "nan": float("nan"),
-        "big": torch.randn(400_000),  # above manifest.SMALL: the pipelined paths
+        "big": torch.randn(400_000),  # above lanes.SMALL: the pipelined paths
     }
 
 
@@ -81,7 +84,7 @@ def same(a: Any, b: Any) -> None:
             same(a[k], b[k])
     elif isinstance(a, (list, tuple)):
         assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             same(x, y)
     elif isinstance(a, float) and math.isnan(a):
         assert math.isnan(b)
@@ -113,7 +116,7 @@ def test_files_are_safetensors_the_library_reads(tmp_path: Path, image: bool) ->
 def test_odd_states_round_trip(tmp_path: Path, image: bool) -> None:
     state = odd_state()
     c = commit(tmp_path, state, image=image)
-    loaded = checkpoint.load(c.path)
+    loaded = checkpoint.load(LocalFolder(tmp_path), c.step)
     assert loaded.step == 1 and loaded.manifest["metrics"] == {"loss": 0.5}
     expected = {**state, "transposed": state["transposed"].contiguous()}
     same(expected, loaded.state)
@@ -146,18 +149,18 @@ def test_optimizer_state_round_trips_and_training_continues_identically(tmp_path
     reference = [p.detach().clone() for p in model.parameters()]
 
     model2, opt2, sched2 = make()
-    loaded = checkpoint.load(c.path)
+    loaded = checkpoint.load(LocalFolder(tmp_path), c.step)
     state = {"model": model2, "optimizer": opt2, "scheduler": sched2, "step": 0}
     serialize.load_into(state, loaded.state)
     assert loaded.rng is not None
     serialize.restore_rng(loaded.rng)  # torch.set_rng_state on a loaded tensor
     assert state["step"] == 3
     train(model2, opt2, sched2, 3)
-    for a, b in zip(reference, model2.parameters()):
+    for a, b in zip(reference, model2.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
-def damaged(tmp_path: Path, how: str, name: str) -> Path:
+def damaged(tmp_path: Path, how: str, name: str) -> int:
     c = commit(tmp_path, {"w": torch.randn(300_000), "v": torch.randn(3)})
     path = c.path / name
     data = bytearray(path.read_bytes())
@@ -166,18 +169,18 @@ def damaged(tmp_path: Path, how: str, name: str) -> Path:
     else:
         data = data[: len(data) - 3]
     path.write_bytes(bytes(data))
-    return c.path
+    return c.step
 
 
 @pytest.mark.parametrize("how", ["flip", "truncate"])
 @pytest.mark.parametrize("name", [TENSORS, STATE])
 def test_verification_detects_damage(tmp_path: Path, how: str, name: str) -> None:
-    step_dir = damaged(tmp_path, how, name)
+    step = damaged(tmp_path, how, name)
     with pytest.raises(CheckpointCorrupt) as e:
-        checkpoint.load(step_dir)
+        checkpoint.load(LocalFolder(tmp_path), step)
     assert name in e.value.why
     with pytest.raises(CheckpointCorrupt):
-        manifest.verify(step_dir)
+        storage.verify(LocalFolder(tmp_path), step)
 
 
 def test_reader_falls_back_to_the_previous_checkpoint(tmp_path: Path) -> None:
@@ -188,7 +191,9 @@ def test_reader_falls_back_to_the_previous_checkpoint(tmp_path: Path) -> None:
     data[-1] ^= 0x80
     (newest.path / TENSORS).write_bytes(bytes(data))
     seen: list[tuple[int, str]] = []
-    loaded = checkpoint.load_newest(cell, on_corrupt=lambda step, why, moved: seen.append((step, why)))
+    loaded = checkpoint.load_newest(
+        storage.for_cell(cell), on_corrupt=lambda step, why, moved: seen.append((step, why))
+    )
     assert loaded is not None and loaded.step == 10 and float(loaded.state["w"][0]) == 1.0
     assert [s for s, _ in seen] == [20] and "sha256" in seen[0][1]
     assert cell.committed_steps() == [10]
@@ -271,7 +276,12 @@ def test_async_writer_reports_errors_and_survives_its_thread_exiting(monkeypatch
         w.flush()
     w.flush()  # reported once
     time.sleep(0.2)  # the idle thread exits; the next submit starts another
-    w.submit(lambda: (time.sleep(0.05), done.append(2)))
+
+    def slow() -> None:
+        time.sleep(0.05)
+        done.append(2)
+
+    w.submit(slow)
     assert w.busy
     w.flush()
     assert done == [1, 2] and w.last_seconds >= 0.04
@@ -288,25 +298,26 @@ from pathlib import Path
 from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import serialize
 from sweepq.checkpoint import snapshot
+from sweepq.checkpoint.storage import LocalFolder
 w = checkpoint.AsyncWriter()
 skeleton, tensors = serialize.flatten({{"w": torch.randn(1_000_000)}})
 buffers = snapshot.Snapshotter().take(tensors).buffers
 def job():
     time.sleep(0.3)  # still writing when the interpreter starts shutting down
-    checkpoint.write_checkpoint(Path({str(tmp_path)!r}), 5, skeleton, buffers, {{}})
+    checkpoint.write_checkpoint(LocalFolder(Path({str(tmp_path)!r})), 5, skeleton, buffers, {{}})
 atexit.register(w.flush)
 w.submit(job)
 """
     r = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    manifest.verify(tmp_path / "step-5")
+    storage.verify(LocalFolder(tmp_path), 5)
 
 
 def test_superseded_checkpoints_are_deleted_in_the_background(tmp_path: Path) -> None:
     cell = CellPaths(tmp_path, "1.1")
-    old = commit(cell.checkpoints, {"w": torch.randn(300_000)}, step=1)
+    commit(cell.checkpoints, {"w": torch.randn(300_000)}, step=1)
     commit(cell.checkpoints, {"w": torch.randn(3)}, step=2)
-    manifest.delete(old.path)
+    storage.for_cell(cell).delete(1)
     assert cell.committed_steps() == [2]  # out of the committed namespace at once
     w = checkpoint.AsyncWriter()
     w.flush()  # waits for the deletes too

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import cli, cli_json, write
 
-from sweepq.checkpoint import manifest
+from sweepq.checkpoint import storage
 from sweepq.layout import CellPaths
 
 SPEC = """
@@ -60,7 +60,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One sweep, one cell per crash point; each first attempt dies there, then all are relaunched."""
     d = tmp_path_factory.mktemp("crashed")
     (d / "trainers.py").write_text((Path(__file__).parent / "trainers.py").read_text())
-    text = SPEC.replace("  - name: a\n", "  - name: a\n    grid: {crash_at: [%s]}\n" % ", ".join(POINTS))
+    text = SPEC.replace("  - name: a\n", f"  - name: a\n    grid: {{crash_at: [{', '.join(POINTS)}]}}\n")
     spec = write(d / "crash.yaml", text)
     root = d / "runs" / "crash"
     first = cli("launch", str(spec), "--no-live", cwd=d)
@@ -68,7 +68,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     for i, point in enumerate(POINTS, start=1):
         cell = CellPaths(root, f"1.{i}")
         committed = cell.committed_steps()
-        verified = all(manifest.verify(cell.checkpoint(s)) for s in committed)
+        verified = all(storage.verify(storage.for_cell(cell), s) for s in committed)
         after_crash[point] = {
             "committed": committed,
             "verified": verified,

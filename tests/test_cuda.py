@@ -7,6 +7,7 @@ Skipped where torch sees no GPU (CI has none); run on a machine that has one wit
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def tensors(state: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(autouse=True)
-def deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+def deterministic(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     yield

@@ -16,8 +16,9 @@ import torch
 from safetensors.torch import load_file
 
 from sweepq.checkpoint import commit as checkpoint
-from sweepq.checkpoint import diskio, image, manifest, serialize, snapshot
+from sweepq.checkpoint import deletion, diskio, image, manifest, serialize, snapshot, storage
 from sweepq.checkpoint.manifest import CheckpointCorrupt
+from sweepq.checkpoint.storage import LocalFolder
 from sweepq.layout import CellPaths
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -44,7 +45,7 @@ def snapshot_of(state: dict[str, Any], shards: int | None = None) -> tuple[Any, 
     if shards is not None:
         snapper.image = image.Files(tuple((n, t.shape, t.dtype) for n, t in tensors.items()), shards=shards)
     snap = snapper.take(tensors)
-    assert snap.image is snapper.image
+    assert snap.image is snapper.image and snap.image is not None
     skeleton, buffers = serialize.with_rng(skeleton, snap.buffers, serialize.capture_rng())
     return skeleton, buffers, snap.image
 
@@ -57,12 +58,12 @@ def test_tensor_file_is_written_around_the_page_cache(tmp_path: Path) -> None:
     """
     state = {"w": torch.randn(4 << 20), "odd": torch.randn(3).to(torch.float16)}
     skeleton, buffers, files = snapshot_of(state, shards=1)
-    direct = checkpoint.write_checkpoint(tmp_path / "direct", 1, skeleton, buffers, {}, files)
-    buffered = checkpoint.write_checkpoint(tmp_path / "buffered", 1, skeleton, buffers, {})
+    direct = checkpoint.write_checkpoint(LocalFolder(tmp_path / "direct"), 1, skeleton, buffers, {}, files)
+    buffered = checkpoint.write_checkpoint(LocalFolder(tmp_path / "buffered"), 1, skeleton, buffers, {})
     if cached_fraction(buffered.path / manifest.TENSORS) < 0.9:
         pytest.skip("this filesystem does not keep written pages cached: nothing to tell apart")
     assert cached_fraction(direct.path / manifest.TENSORS) < 0.05
-    loaded = checkpoint.load(direct.path)
+    loaded = checkpoint.load(LocalFolder(tmp_path / "direct"), 1)
     assert torch.equal(loaded.state["w"], state["w"]) and torch.equal(loaded.state["odd"], state["odd"])
     # the same tensors either way; only the direct file's header is padded to a page
     by_library = load_file(str(direct.path / manifest.TENSORS))
@@ -79,10 +80,10 @@ def test_any_parts_write_the_exact_bytes(tmp_path: Path) -> None:
     aligned = arena[start : start + 8 * page].numpy()
     aligned[:] = np.random.default_rng(0).integers(0, 256, aligned.size, dtype=np.uint8)
     cases = {
-        "aligned_then_tail": [memoryview(aligned), memoryview(b"tail")],
-        "unaligned_first": [memoryview(b"x" * 3), memoryview(aligned)],
-        "aligned_odd_length": [memoryview(aligned[: 5 * page + 17]), memoryview(aligned[: 2 * page])],
-        "empty_parts": [memoryview(b""), memoryview(aligned), memoryview(b"")],
+        "aligned_then_tail": [aligned.data, memoryview(b"tail")],
+        "unaligned_first": [memoryview(b"x" * 3), aligned.data],
+        "aligned_odd_length": [aligned[: 5 * page + 17].data, aligned[: 2 * page].data],
+        "empty_parts": [memoryview(b""), aligned.data, memoryview(b"")],
     }
     for name, parts in cases.items():
         sha, size = diskio.write_file(tmp_path / name, parts)
@@ -96,7 +97,7 @@ def test_files_written_at_once_are_exact_and_all_finished_when_one_fails(tmp_pat
     """Several large files go to the disk on their own threads; an error in one surfaces only after the others end."""
     rng = np.random.default_rng(1)
     data = {f"f{i}": rng.integers(0, 256, diskio.DIRECT_MIN * 3 + i * 4097, dtype=np.uint8) for i in range(3)}
-    files = {name: [memoryview(a), memoryview(b"tail")] for name, a in data.items()} | {"small": [memoryview(b"s")]}
+    files = {name: [a.data, memoryview(b"tail")] for name, a in data.items()} | {"small": [memoryview(b"s")]}
     expected = {name: b"".join(bytes(p) for p in parts) for name, parts in files.items()}
     (tmp_path / "ok").mkdir()
     done = diskio.write_files(tmp_path / "ok", files)
@@ -118,9 +119,10 @@ def test_large_state_in_shards_round_trips_and_each_shard_is_verified(tmp_path: 
     state = {f"layer{i}": torch.randn(50_000 + 1000 * i) for i in range(6)}
     state["tiny"] = torch.arange(3, dtype=torch.int8)
     cell = CellPaths(tmp_path, "1.1")
-    older = checkpoint.write_checkpoint(cell.checkpoints, 10, *snapshot_of(state, shards=3)[:2], {}, None)
+    checkpoints = storage.for_cell(cell)
+    older = checkpoint.write_checkpoint(checkpoints, 10, *snapshot_of(state, shards=3)[:2], {}, None)
     skeleton, buffers, files = snapshot_of(state, shards=3)
-    newest = checkpoint.write_checkpoint(cell.checkpoints, 20, skeleton, buffers, {}, files)
+    newest = checkpoint.write_checkpoint(checkpoints, 20, skeleton, buffers, {}, files)
     m = json.loads((newest.path / "manifest.json").read_text())
     shards = [manifest.shard_name(i, 3) for i in range(3)]
     assert sorted(n for n in m["files"] if n.startswith("tensors")) == shards
@@ -132,7 +134,7 @@ def test_large_state_in_shards_round_trips_and_each_shard_is_verified(tmp_path: 
     assert set(seen) == set(buffers)
     sizes = [m["files"][n]["size"] for n in shards]
     assert max(sizes) < 1.1 * min(sizes)  # balanced by bytes
-    loaded = checkpoint.load(newest.path)
+    loaded = checkpoint.load(checkpoints, 20)
     for k, t in state.items():
         assert torch.equal(loaded.state[k], t), k
     # damage in one shard: that checkpoint is refused, the reader falls back to the older one
@@ -141,9 +143,9 @@ def test_large_state_in_shards_round_trips_and_each_shard_is_verified(tmp_path: 
     data[len(data) // 2] ^= 1
     victim.write_bytes(bytes(data))
     with pytest.raises(CheckpointCorrupt, match=shards[1]):
-        manifest.verify(newest.path)
+        storage.verify(checkpoints, 20)
     why: list[str] = []
-    fallback = checkpoint.load_newest(cell, on_corrupt=lambda step, w, moved: why.append(w))
+    fallback = checkpoint.load_newest(checkpoints, on_corrupt=lambda step, w, moved: why.append(w))
     assert fallback is not None and fallback.step == older.step and "sha256" in why[0]
 
 
@@ -151,12 +153,12 @@ def test_a_manifest_without_a_complete_set_of_shards_is_refused(tmp_path: Path) 
     state = {f"t{i}": torch.randn(10_000) for i in range(4)}
     skeleton, buffers, files = snapshot_of(state, shards=2)
     assert files.parts(snapshot_of(state, shards=2)[1]) is None  # tensors that are not its views: not used
-    c = checkpoint.write_checkpoint(tmp_path, 2, skeleton, buffers, {}, files)
+    c = checkpoint.write_checkpoint(LocalFolder(tmp_path), 2, skeleton, buffers, {}, files)
     m = json.loads((c.path / "manifest.json").read_text())
     del m["files"][manifest.shard_name(1, 2)]
     (c.path / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(CheckpointCorrupt, match="complete set of tensor files"):
-        checkpoint.load(c.path)
+        checkpoint.load(LocalFolder(tmp_path), 2)
     assert manifest.tensor_files({manifest.TENSORS: {}, manifest.shard_name(0, 1): {}}) is None
     assert manifest.tensor_files({manifest.shard_name(0, 2): {}, manifest.shard_name(1, 2): {}}) == [
         manifest.shard_name(0, 2),
@@ -167,7 +169,7 @@ def test_a_manifest_without_a_complete_set_of_shards_is_refused(tmp_path: Path) 
 def test_shard_count_follows_size_and_cores() -> None:
     assert image.shard_count(image.SHARD_MIN - 1) == 1
     cores = len(os.sched_getaffinity(0))
-    assert image.shard_count(100 * image.SHARD_MIN) == min(cores, manifest.HASH_THREADS_MAX)
+    assert image.shard_count(100 * image.SHARD_MIN) == min(cores, image.HASH_THREADS_MAX)
     specs = tuple((f"t{i}", torch.Size([n]), torch.float32) for i, n in enumerate([9, 1, 5, 5, 4]))
     groups = image.split(specs, 2)
     loads = sorted(sum(s[1][0] for s in g) for g in groups)
@@ -180,9 +182,9 @@ def test_shard_count_follows_size_and_cores() -> None:
 def test_gentle_delete_removes_large_files_and_tolerates_a_missing_folder(tmp_path: Path) -> None:
     folder = tmp_path / ".trash-step-1"
     folder.mkdir()
-    (folder / "big").write_bytes(os.urandom(manifest.DELETE_STEP * 2 + 123))
+    (folder / "big").write_bytes(os.urandom(deletion.DELETE_STEP * 2 + 123))
     (folder / "small").write_bytes(b"x")
     (folder / "sub").mkdir()
-    manifest.remove_gently(folder)
+    deletion.remove_gently(folder)
     assert not folder.exists()
-    manifest.remove_gently(tmp_path / "never-was")  # no error
+    deletion.remove_gently(tmp_path / "never-was")  # no error

@@ -22,7 +22,7 @@ from conftest import make_run
 from torch import nn
 
 from sweepq.checkpoint import commit as checkpoint
-from sweepq.checkpoint import serialize, snapshot
+from sweepq.checkpoint import serialize, snapshot, storage
 from sweepq.layout import CellPaths
 
 LATE_COPY_DELAY = 0.2  # far longer than a step of the model below, even on a loaded machine
@@ -36,6 +36,11 @@ class Trainer:
         self.model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
         self.opt = torch.optim.Adam(self.model.parameters(), lr=0.01)
         self.state: dict[str, Any] = {"model": self.model, "optimizer": self.opt, "step": 0}
+
+    def linear(self, index: int) -> nn.Linear:
+        layer = self.model[index]
+        assert isinstance(layer, nn.Linear)
+        return layer
 
     def step(self) -> None:
         x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
@@ -62,7 +67,7 @@ def slow_late_copy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def committed(root: Path, step: int) -> dict[str, torch.Tensor]:
-    loaded = checkpoint.load(CellPaths(root, "1.1").checkpoint(step))
+    loaded = checkpoint.load(storage.for_cell(CellPaths(root, "1.1")), step)
     return serialize.flatten(loaded.state)[1]
 
 
@@ -114,7 +119,7 @@ def test_a_write_outside_the_optimizer_refuses_the_checkpoint(
     t.step()
     assert run.checkpoint(t.state, 1)
     with torch.no_grad():
-        t.model[0].weight.mul_(0.5)  # between the call and the end of its late copy
+        t.linear(0).weight.mul_(0.5)  # between the call and the end of its late copy
     run._writer.flush()
     assert CellPaths(tmp_path, "1.1").committed_steps() == []
     assert "checkpoint at step 1 not committed" in capsys.readouterr().err
@@ -123,7 +128,7 @@ def test_a_write_outside_the_optimizer_refuses_the_checkpoint(
     assert run.checkpoint(t.state, 2)
     expected = t.tensors()
     with torch.no_grad():
-        t.model[0].weight.mul_(0.5)
+        t.linear(0).weight.mul_(0.5)
     run._writer.flush()
     assert_same(committed(tmp_path, 2), expected, 2)
     run.close(completed=True)
@@ -135,7 +140,7 @@ def test_a_refused_final_checkpoint_is_taken_again_at_close(tmp_path: Path, slow
     t.step()
     run.checkpoint(t.state, 1)
     with torch.no_grad():
-        t.model[3].bias.add_(1.0)
+        t.linear(3).bias.add_(1.0)
     expected = t.tensors()
     run.close(completed=True)  # the last step's checkpoint was refused: close commits it, complete
     assert CellPaths(tmp_path, "1.1").committed_steps() == [1]
@@ -152,7 +157,7 @@ def test_forced_checkpoints_and_overlap_false_copy_everything_up_front(
     run.checkpoint(t.state, 1, force=force)
     expected = t.tensors()
     with torch.no_grad():
-        t.model[0].weight.mul_(0.5)  # would be refused if anything were copied late
+        t.linear(0).weight.mul_(0.5)  # would be refused if anything were copied late
     run._writer.flush()
     assert run._guard.waits == 0
     assert_same(committed(tmp_path, 1), expected, 1)

@@ -11,10 +11,12 @@ order, and every cell ends with exactly one completed attempt.
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 from pathlib import Path
 
-from conftest import cli, cli_json, kill_tree, start, wait_for, wait_gone, write
+import psutil
+from conftest import cli, cli_json, kill_tree, start, tree, wait_for, wait_gone, write
 
 from sweepq.layout import CellPaths
 from sweepq.queue.lock import CellLock
@@ -35,6 +37,16 @@ groups:
 """
 
 
+def _training_process(launch_pid: int, cell: str) -> psutil.Process | None:
+    for p in tree(launch_pid):
+        try:
+            if f"cells/{cell}/attempts/" in " ".join(p.cmdline()):
+                return p
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
 def db_rows(root: Path, sql: str) -> list[tuple]:
     con = sqlite3.connect(root / "sweepq.db")
     try:
@@ -50,16 +62,21 @@ def test_reboot_mid_sweep_then_same_command(tmp_path: Path) -> None:
     assert all(lock.try_acquire() for lock in other_machine)
 
     first = start("launch", str(spec), "--workers", "3", cwd=tmp_path)
+    frozen: set[str] = set()
 
     def mid_training() -> bool:
-        if not (root / "sweepq.db").exists():
-            return False
-        cells = {c["cell"]: c for c in cli_json("status", "--root", str(root))}
-        quick_done = all(cells[c]["state"] == "done" for c in ("1.1", "1.2", "1.3", "2.1", "2.4"))
-        slow = [CellPaths(root, c).committed_steps() for c in ("2.2", "2.3")]
-        return quick_done and all(s and s[0] >= 30 for s in slow)
+        # A slow cell is frozen (SIGSTOP) once it has committed step 30, so that it is still
+        # mid-training when the quick cells are done, however slowly this machine runs them.
+        for cell in {"2.2", "2.3"} - frozen:
+            steps = CellPaths(root, cell).committed_steps()
+            if steps and steps[0] >= 30:
+                trainer = wait_for(lambda c=cell: _training_process(first.pid, c), what=f"{cell}'s trainer")
+                trainer.send_signal(signal.SIGSTOP)
+                frozen.add(cell)
+        quick_done = all(CellPaths(root, c).done.exists() for c in ("1.1", "1.2", "1.3", "2.1", "2.4"))
+        return quick_done and frozen == {"2.2", "2.3"}
 
-    wait_for(mid_training, timeout=180, what="Q1, 2.1 and 2.4 done with 2.2 and 2.3 mid-training")
+    wait_for(mid_training, timeout=300, what="Q1, 2.1 and 2.4 done with 2.2 and 2.3 mid-training")
     pids = kill_tree(first.pid)  # the reboot: every process at once
     wait_gone(pids)
     for lock in other_machine:

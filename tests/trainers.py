@@ -38,11 +38,10 @@ def train(cfg: dict[str, Any], run: sweepq.Run) -> dict[str, Any] | None:
     """A random walk of a small tensor: deterministic given the RNG, checkpointed fully."""
     marker = _guard(run)
     if cfg.get("crash_at") and run.attempt == 1:
-        # Test-only fault injection (see sweepq.checkpoint.manifest.crash_point), per cell.
-        from sweepq import manifest as manifest_module
+        # Test-only fault injection (sweepq.checkpoint.crashpoints), per cell.
+        from sweepq.checkpoint import crashpoints
 
-        manifest_module.CRASH_AT = cfg["crash_at"]
-        manifest_module._CRASH_AFTER = int(cfg.get("crash_after", 2))
+        crashpoints.arm(cfg["crash_at"], int(cfg.get("crash_after", 2)))
     steps = int(cfg.get("steps", 50))
     delay = float(cfg.get("delay", 0.0))
     torch.manual_seed(int(cfg.get("seed", 0)))

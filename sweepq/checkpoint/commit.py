@@ -1,9 +1,10 @@
 """Checkpoints of training state: the commit protocol, verified loading, asynchronous writes.
 
-The format and its verification live in manifest.py (readable without torch).
-The commit is the rename of a fully written, fsynced folder, followed by an
-fsync of the parent: a crash at any instant leaves the previous committed
-checkpoint intact and at most a hidden folder to clean up.
+The format lives in manifest.py (readable without torch), where and how the
+files are kept in storage.py. A checkpoint is staged, its files written and
+hashed, then committed with its manifest written last: a crash at any instant
+leaves the previous committed checkpoint intact and at most a partial stage
+to clean up.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -23,26 +22,12 @@ from typing import Any
 
 import torch
 
-from sweepq.atomic import fsync_dir
 from sweepq.checkpoint import serialize
-from sweepq.checkpoint.diskio import write_file, write_files
+from sweepq.checkpoint.crashpoints import crash_point
+from sweepq.checkpoint.deletion import wait_deleted
 from sweepq.checkpoint.image import Files
-from sweepq.checkpoint.manifest import (
-    FORMAT,
-    STATE,
-    TENSORS,
-    WRITING_PREFIX,
-    CheckpointCorrupt,
-    count_commit,
-    crash_point,
-    quarantine,
-    read_manifest,
-    read_verified,
-    read_verified_into,
-    tensor_files,
-    wait_deleted,
-)
-from sweepq.layout import MANIFEST_NAME, CellPaths
+from sweepq.checkpoint.manifest import FORMAT, STATE, TENSORS, CheckpointCorrupt, tensor_files
+from sweepq.checkpoint.storage import CheckpointStorage
 
 
 @dataclass(frozen=True)
@@ -70,7 +55,7 @@ class Loaded:
 
 
 def write_checkpoint(
-    checkpoints_dir: Path,
+    storage: CheckpointStorage,
     step: int,
     skeleton: Any,
     tensors: dict[str, torch.Tensor],
@@ -82,40 +67,26 @@ def write_checkpoint(
     When the tensors are `image`'s views (plus small extras), the tensor files
     are written from the image itself, with direct I/O (diskio.py).
     """
-    checkpoints_dir.mkdir(parents=True, exist_ok=True)
-    final = checkpoints_dir / f"step-{step}"
-    tmp = checkpoints_dir / f"{WRITING_PREFIX}step-{step}-{os.getpid()}-{secrets.token_hex(4)}"
-    tmp.mkdir()
+    staged = storage.stage(step)
     crash_point("before_write")
     files: dict[str, dict[str, Any]] = {}
     parts = image.parts(tensors) if image is not None else None
     if parts is None:
         parts = {TENSORS: list(serialize.safetensors_parts(tensors))}
-    for name, (sha, size) in write_files(tmp, parts).items():
+    for name, (sha, size) in staged.write(parts).items():
         files[name] = {"sha256": sha, "size": size}
     crash_point("after_tensors")
     state_bytes = json.dumps(skeleton, separators=(",", ":"), allow_nan=True).encode()
-    sha, size = write_file(tmp / STATE, [memoryview(state_bytes)])
-    files[STATE] = {"sha256": sha, "size": size}
+    for name, (sha, size) in staged.write({STATE: [memoryview(state_bytes)]}).items():
+        files[name] = {"sha256": sha, "size": size}
     crash_point("after_state")
     created = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     manifest = {"format": FORMAT, "step": step, "created_at": created, "files": files, **meta}
     manifest_bytes = (json.dumps(manifest, indent=1, sort_keys=True, allow_nan=True) + "\n").encode()
-    msha, _ = write_file(tmp / MANIFEST_NAME, [memoryview(manifest_bytes)])
-    crash_point("after_manifest")
-    fsync_dir(tmp)
-    crash_point("before_rename")
-    if final.exists():
-        # The same step committed earlier (a repeated request): keep the first one.
-        shutil.rmtree(tmp, ignore_errors=True)
-        m = read_manifest(final)
-        return _committed(final, m, hashlib.sha256((final / MANIFEST_NAME).read_bytes()).hexdigest())
-    os.rename(tmp, final)
-    crash_point("after_rename")
-    fsync_dir(checkpoints_dir)
-    count_commit()
-    crash_point("after_commit")
-    return _committed(final, manifest, msha)
+    if not staged.commit(manifest_bytes):
+        existing, msha = storage.read_manifest(step)
+        return _committed(storage.location(step), existing, msha)
+    return _committed(storage.location(step), manifest, hashlib.sha256(manifest_bytes).hexdigest())
 
 
 def _committed(path: Path, manifest: dict[str, Any], msha: str) -> Committed:
@@ -130,21 +101,21 @@ def _committed(path: Path, manifest: dict[str, Any], msha: str) -> Committed:
     )
 
 
-def load(step_dir: Path) -> Loaded:
-    """Verify and load one checkpoint; raises CheckpointCorrupt.
+def load(storage: CheckpointStorage, step: int) -> Loaded:
+    """Verify and load one checkpoint; raises CheckpointCorrupt (or CheckpointTooNew).
 
     Each tensor file is read into one buffer while it is hashed (chunk by
     chunk, on the other core); the tensors are views into those buffers.
     """
-    m = read_manifest(step_dir)
-    msha = hashlib.sha256((step_dir / MANIFEST_NAME).read_bytes()).hexdigest()
+    m, msha = storage.read_manifest(step)
+    where = storage.location(step)
     names = tensor_files(m["files"])
     if names is None:
-        raise CheckpointCorrupt(step_dir, "manifest lists no complete set of tensor files")
+        raise CheckpointCorrupt(where, "manifest lists no complete set of tensor files")
     if STATE not in m["files"]:
-        raise CheckpointCorrupt(step_dir, f"manifest lists no {STATE}")
-    state_bytes = read_verified(step_dir, STATE, m["files"][STATE])
-    raws = [read_verified_into(step_dir, name, m["files"][name], _alloc_bytes) for name in names]
+        raise CheckpointCorrupt(where, f"manifest lists no {STATE}")
+    state_bytes = storage.read(step, STATE, m["files"][STATE])
+    raws = [storage.read_into(step, name, m["files"][name], _alloc_bytes) for name in names]
     try:
         tensors: dict[str, torch.Tensor] = {}
         for raw in raws:
@@ -155,9 +126,9 @@ def load(step_dir: Path) -> Loaded:
         skeleton = json.loads(state_bytes)
         plain = serialize.unflatten(skeleton, tensors)
     except Exception as e:  # a verified file that still does not parse: written by a bug
-        raise CheckpointCorrupt(step_dir, f"verified but unreadable ({e.__class__.__name__}: {e})") from e
+        raise CheckpointCorrupt(where, f"verified but unreadable ({e.__class__.__name__}: {e})") from e
     rng = plain.pop(serialize.RNG_KEY, None)
-    return Loaded(int(m["step"]), step_dir, m, msha, plain, rng)
+    return Loaded(int(m["step"]), where, m, msha, plain, rng)
 
 
 def _alloc_bytes(size: int) -> Any:
@@ -166,23 +137,24 @@ def _alloc_bytes(size: int) -> Any:
 
 
 def load_newest(
-    cell: CellPaths,
+    storage: CheckpointStorage,
     max_step: int | None = None,
     on_corrupt: Callable[[int, str, Path], None] | None = None,
 ) -> Loaded | None:
     """The newest committed checkpoint that verifies (at most `max_step`); None: start fresh.
 
     A checkpoint that fails is moved aside (so it is never tried again) and
-    reported through `on_corrupt(step, why, new_path)`.
+    reported through `on_corrupt(step, why, new_path)`. One written by a newer
+    sweepq stops the search (CheckpointTooNew): falling back past it would
+    train from an older step and then supersede it.
     """
-    for step in cell.committed_steps():
+    for step in storage.steps():
         if max_step is not None and step > max_step:
             continue
-        path = cell.checkpoint(step)
         try:
-            return load(path)
+            return load(storage, step)
         except CheckpointCorrupt as e:
-            moved = quarantine(path)
+            moved = storage.quarantine(step)
             if on_corrupt is not None:
                 on_corrupt(step, e.why, moved)
     return None

@@ -21,14 +21,14 @@ import hashlib
 import os
 from pathlib import Path
 
-import numpy as np
-
-from sweepq.checkpoint import manifest
-from sweepq.checkpoint.image import ALIGN
-from sweepq.checkpoint.manifest import CHUNK, SMALL, crash_point, hasher, writer
+from sweepq.checkpoint import crashpoints
+from sweepq.checkpoint.lanes import SMALL, hasher, writer
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux (and a few others); elsewhere every write is buffered
 DIRECT_MIN = 1 << 20  # below this, direct I/O saves less than its extra system calls cost
+ALIGN = 4096  # a page, and a multiple of every block size direct I/O asks for in practice
+# Written in chunks so that a chunk's hash (on a lane) overlaps the next chunk's write.
+CHUNK = 8 << 20
 
 
 def write_file(path: Path, parts: list[memoryview]) -> tuple[str, int]:
@@ -135,8 +135,8 @@ class _Out:
                 self.size += n
                 if n % ALIGN:
                     self._buffered()  # a short write left the offset unaligned
-            if manifest.CRASH_AT and self.size >= self.half:  # read at run time: tests set it per cell
-                crash_point("mid_file")
+            if crashpoints.armed() and self.size >= self.half:
+                crashpoints.crash_point("mid_file")
 
     def _buffered(self) -> None:
         if self.direct:
@@ -145,6 +145,8 @@ class _Out:
 
 
 def _address(view: memoryview) -> int:
+    import numpy as np  # here, not at the top: readers of checkpoints (the CLI) never load numpy
+
     return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
 
 

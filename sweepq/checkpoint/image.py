@@ -26,11 +26,12 @@ from typing import Any
 import torch
 
 from sweepq.checkpoint import serialize
-from sweepq.checkpoint.manifest import HASH_THREADS_MAX, TENSORS, shard_name
+from sweepq.checkpoint.diskio import ALIGN
+from sweepq.checkpoint.manifest import TENSORS, shard_name
 from sweepq.checkpoint.serialize import TensorSpec
 from sweepq.execution.procs import usable_cores
 
-ALIGN = 4096  # a page, and a multiple of every block size direct I/O asks for in practice
+HASH_THREADS_MAX = 8  # shards of a large state's tensors hashed at once, at most
 HEADER_ROOM = 4096  # header bytes kept for the tensors added at write time
 SHARD_MIN = 4 << 20  # bytes per shard, at least: below this another file (its fsync) costs more than it saves
 
@@ -80,7 +81,7 @@ class Image:
         except ValueError:
             return None
         self.bytes[: self.header_len].copy_(torch.frombuffer(bytearray(header), dtype=torch.uint8))
-        return [memoryview(self.bytes.numpy()).cast("B"), *(serialize.tensor_bytes(extras[n]) for n in extra_order)]
+        return [self.bytes.numpy().data.cast("B"), *(serialize.tensor_bytes(extras[n]) for n in extra_order)]
 
 
 class Files:
@@ -93,7 +94,7 @@ class Files:
             shards = shard_count(sum(math.prod(shape) * dtype.itemsize for _, shape, dtype in specs))
         groups = split(specs, shards)
         names = [TENSORS] if len(groups) == 1 else [shard_name(i, len(groups)) for i in range(len(groups))]
-        self.images = [(name, Image(group, pin)) for name, group in zip(names, groups)]
+        self.images = [(name, Image(group, pin)) for name, group in zip(names, groups, strict=True)]
         self.views = {n: v for _, image in self.images for n, v in image.views.items()}
 
     def parts(self, tensors: dict[str, torch.Tensor]) -> dict[str, list[memoryview]] | None:

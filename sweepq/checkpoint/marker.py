@@ -28,12 +28,13 @@ def write_done(
     best_step: int | None,
 ) -> dict[str, Any]:
     ckpt = paths.checkpoint(checkpoint_step) if checkpoint_step is not None else None
+    msha = _sha(paths.manifest(checkpoint_step)) if checkpoint_step is not None else None
     marker = {
         "cell": paths.cell_id,
         "cfg_hash": cfg_hash,
         "metrics": metrics,
         "checkpoint": paths.relative(ckpt) if ckpt is not None else None,
-        "checkpoint_manifest_sha256": _sha(ckpt / MANIFEST_NAME) if ckpt is not None else None,
+        "checkpoint_manifest_sha256": msha,
         "attempt": attempt,
         "finished_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
         "step": step,
@@ -72,7 +73,7 @@ def verify_done(paths: CellPaths, cfg_hash: str) -> tuple[dict[str, Any] | None,
         return None, "DONE.json was written for a different cfg"
     rel = marker.get("checkpoint")
     if rel:
-        manifest = paths.dir / rel / MANIFEST_NAME
+        manifest = paths.resolve(rel) / MANIFEST_NAME
         if not manifest.exists():
             return None, f"the final checkpoint {rel} is missing"
         if marker.get("checkpoint_manifest_sha256") not in (None, _sha(manifest)):

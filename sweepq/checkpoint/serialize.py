@@ -31,6 +31,7 @@ import math
 import random
 import struct
 from collections.abc import Iterable, Iterator
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -114,10 +115,7 @@ def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
         return {"__tuple__": _encode_seq(obj, path, tensors)}
     if isinstance(obj, bytes):
         return {"__bytes__": base64.b64encode(obj).decode()}
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        np = None
+    np = _numpy()
     if np is not None and isinstance(obj, np.ndarray):
         name = path or "ndarray"
         tensors[name] = torch.from_numpy(np.ascontiguousarray(obj))
@@ -176,6 +174,15 @@ def load_into(state: dict[str, Any], loaded: dict[str, Any]) -> None:
 # -- RNG states -------------------------------------------------------------------
 
 
+def _numpy() -> ModuleType | None:
+    """numpy when installed: a state may hold its arrays, but checkpoints do not need it."""
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover
+        return None
+    return numpy
+
+
 def capture_rng() -> dict[str, Any]:
     """Every random stream a training step may draw from (python, numpy, torch CPU, CUDA)."""
     rng: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
@@ -217,7 +224,7 @@ def tensor_bytes(t: torch.Tensor) -> memoryview:
     flat = t.reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
-    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+    return flat.view(torch.uint8).numpy().data.cast("B")
 
 
 TensorSpec = tuple[str, "torch.Size | list[int]", torch.dtype]  # name, shape, dtype: one tensor of a file
@@ -245,9 +252,12 @@ def header_bytes(entries: dict[str, Any], length: int | None = None) -> bytes:
     """The 8-byte length and the JSON header, padded with spaces (as the format allows) to `length` bytes
     in all, or to a multiple of 8. Raises ValueError if the header does not fit in `length`."""
     raw = json.dumps(entries, separators=(",", ":")).encode()
-    pad = -len(raw) % 8 if length is None else length - 8 - len(raw)
-    if pad < 0:
-        raise ValueError(f"a safetensors header of {len(raw)} bytes does not fit in {length - 8}")
+    if length is None:
+        pad = -len(raw) % 8
+    else:
+        pad = length - 8 - len(raw)
+        if pad < 0:
+            raise ValueError(f"a safetensors header of {len(raw)} bytes does not fit in {length - 8}")
     return struct.pack("<Q", len(raw) + pad) + raw + b" " * pad
 
 

@@ -1,0 +1,278 @@
+"""Where a cell's checkpoints are kept: the interface the commit protocol and the readers use.
+
+A storage holds committed steps, each a set of named files plus the manifest
+that lists them (manifest.py). Writers stage a step's files where no reader
+looks, then commit the step in one atomic act; readers see committed steps
+only and verify every byte against the manifest. LocalFolder keeps them in a
+folder of the local file system (layout.py names it):
+
+  stage      a hidden `.writing-*` folder; each file written (direct I/O where
+             the bytes allow, diskio.py), hashed on the way and fsynced
+  commit     the manifest written last, the folder fsynced, renamed to
+             `step-<step>`, the parent fsynced: a crash at any instant leaves
+             the previous checkpoint intact and at most a hidden folder
+  quarantine renamed to `.corrupt-*`, kept for inspection
+  delete     renamed to `.trash-*` at once, removed in the background
+
+In an object store the same interface would commit by writing the manifest
+last (a step is committed when its manifest exists).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from sweepq import layout
+from sweepq.atomic import fsync_dir
+from sweepq.checkpoint import manifest
+from sweepq.checkpoint.crashpoints import count_commit, crash_point
+from sweepq.checkpoint.deletion import delete_later
+from sweepq.checkpoint.diskio import write_files
+from sweepq.checkpoint.lanes import SMALL, hasher
+from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
+from sweepq.layout import MANIFEST_NAME, CellPaths
+
+# Read in chunks while the sha256 runs on a lane; the last chunk's hash is not
+# overlapped with a read, so the chunk is kept short.
+READ_CHUNK = 2 << 20
+_B = TypeVar("_B")
+
+
+class Staged(Protocol):
+    """One step being written: invisible to readers until `commit`."""
+
+    def write(self, files: dict[str, list[memoryview]]) -> dict[str, tuple[str, int]]:
+        """Write new files, durably; name -> (sha256, size). The parts must not change until this returns."""
+        ...
+
+    def commit(self, manifest_bytes: bytes) -> bool:
+        """Write the manifest last and make the step visible; False (nothing committed) if it already was."""
+        ...
+
+
+class CheckpointStorage(Protocol):
+    def steps(self) -> list[int]:
+        """Committed steps, newest first (unverified)."""
+        ...
+
+    def location(self, step: int) -> Path:
+        """Where a committed step is, for messages, DONE.json and the database."""
+        ...
+
+    def read_manifest(self, step: int) -> tuple[dict[str, Any], str]:
+        """(the manifest in the current format, the sha256 of its bytes).
+
+        Raises CheckpointCorrupt, or CheckpointTooNew for a newer sweepq's checkpoint.
+        """
+        ...
+
+    def read(self, step: int, name: str, entry: dict[str, Any]) -> bytes:
+        """A file's bytes, verified against its manifest `entry`; raises CheckpointCorrupt."""
+        ...
+
+    def read_into(self, step: int, name: str, entry: dict[str, Any], alloc: Callable[[int], _B]) -> _B:
+        """A file read into `alloc(size)` (a writable buffer), verified; raises CheckpointCorrupt."""
+        ...
+
+    def check(self, step: int, name: str, entry: dict[str, Any]) -> None:
+        """Verify a file without keeping it; raises CheckpointCorrupt."""
+        ...
+
+    def stage(self, step: int) -> Staged: ...
+
+    def quarantine(self, step: int) -> Path:
+        """Move a corrupt step out of the committed ones (kept for inspection); returns where it went."""
+        ...
+
+    def delete(self, step: int) -> None:
+        """Supersede a step: gone from `steps()` when this returns, its bytes freed in the background."""
+        ...
+
+    def clean_partial(self) -> list[str]:
+        """Remove what crashed writes and deletions left behind (lock holder only); what was removed."""
+        ...
+
+
+def for_cell(cell: CellPaths) -> CheckpointStorage:
+    """The storage of a cell's checkpoints."""
+    return LocalFolder(cell.checkpoints)
+
+
+def verify(storage: CheckpointStorage, step: int) -> dict[str, Any]:
+    """Check every file of a step against its manifest (sizes and sha256); return the manifest."""
+    m, _ = storage.read_manifest(step)
+    for name, entry in m["files"].items():
+        storage.check(step, name, entry)
+    return m
+
+
+def committed_manifests(storage: CheckpointStorage) -> dict[int, dict[str, Any]]:
+    """step -> manifest for every committed checkpoint whose manifest reads (no hashing).
+
+    A newer sweepq's checkpoint is left out too: its manifest cannot be
+    interpreted, so retention never counts (or deletes) it, and the resume
+    that meets it fails (commit.load_newest).
+    """
+    out = {}
+    for step in storage.steps():
+        try:
+            out[step], _ = storage.read_manifest(step)
+        except (CheckpointCorrupt, CheckpointTooNew):
+            continue
+    return out
+
+
+class LocalFolder:
+    """A cell's checkpoints as folders in a local `checkpoints/` folder (layout.py names them)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def steps(self) -> list[int]:
+        return layout.committed_steps_in(self.folder)
+
+    def location(self, step: int) -> Path:
+        return self.folder / layout.step_name(step)
+
+    def read_manifest(self, step: int) -> tuple[dict[str, Any], str]:
+        where = self.location(step)
+        try:
+            raw = (where / MANIFEST_NAME).read_bytes()
+        except OSError as e:
+            raise CheckpointCorrupt(where, f"manifest unreadable ({e.__class__.__name__}: {e})") from e
+        return manifest.parse(raw, where), hashlib.sha256(raw).hexdigest()
+
+    def read(self, step: int, name: str, entry: dict[str, Any]) -> bytes:
+        where = self.location(step)
+        try:
+            data = (where / name).read_bytes()
+        except OSError as e:
+            raise CheckpointCorrupt(where, f"{name} unreadable ({e})") from e
+        if len(data) != int(entry["size"]):
+            raise CheckpointCorrupt(where, f"{name} has {len(data)} bytes, manifest says {entry['size']}")
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise CheckpointCorrupt(where, f"{name} sha256 does not match the manifest")
+        return data
+
+    def read_into(self, step: int, name: str, entry: dict[str, Any], alloc: Callable[[int], _B]) -> _B:
+        """Each chunk is hashed on a lane while the next is read; the size is checked before anything is allocated."""
+        where = self.location(step)
+        size = int(entry["size"])
+        try:
+            with open(where / name, "rb", buffering=0) as f:
+                actual = os.fstat(f.fileno()).st_size
+                if actual != size:
+                    raise CheckpointCorrupt(where, f"{name} has {actual} bytes, manifest says {size}")
+                out = alloc(size)
+                view = memoryview(out).cast("B")  # type: ignore[arg-type]
+                h, pool = hashlib.sha256(), hasher()
+                pipelined = size >= SMALL
+                got = 0
+                while got < size:
+                    n = f.readinto(view[got : got + READ_CHUNK])
+                    if not n:
+                        raise CheckpointCorrupt(where, f"{name} ended after {got} bytes, manifest says {size}")
+                    if pipelined:
+                        pool.submit(h.update, view[got : got + n])
+                    else:
+                        h.update(view[got : got + n])
+                    got += n
+                digest = pool.submit(h.hexdigest).result() if pipelined else h.hexdigest()
+        except OSError as e:
+            raise CheckpointCorrupt(where, f"{name} unreadable ({e})") from e
+        if digest != entry["sha256"]:
+            raise CheckpointCorrupt(where, f"{name} sha256 does not match the manifest")
+        return out
+
+    def check(self, step: int, name: str, entry: dict[str, Any]) -> None:
+        """Two chunk buffers, one hashed on a lane while the other is read: a file of any size in little memory."""
+        where = self.location(step)
+        size = int(entry["size"])
+        try:
+            with open(where / name, "rb", buffering=0) as f:
+                actual = os.fstat(f.fileno()).st_size
+                if actual != size:
+                    raise CheckpointCorrupt(where, f"{name} has {actual} bytes, manifest says {size}")
+                h, pool = hashlib.sha256(), hasher()
+                bufs = [memoryview(bytearray(min(READ_CHUNK, size))) for _ in range(2 if size >= SMALL else 1)]
+                pending: list[Future[Any] | None] = [None] * len(bufs)
+                got = i = 0
+                while got < size:
+                    k = i % len(bufs)
+                    if pending[k] is not None:
+                        pending[k].result()  # type: ignore[union-attr]
+                    n = f.readinto(bufs[k])
+                    if not n:
+                        raise CheckpointCorrupt(where, f"{name} ended after {got} bytes, manifest says {size}")
+                    if len(bufs) > 1:
+                        pending[k] = pool.submit(h.update, bufs[k][:n])
+                    else:
+                        h.update(bufs[k][:n])
+                    got += n
+                    i += 1
+                digest = pool.submit(h.hexdigest).result() if len(bufs) > 1 else h.hexdigest()
+        except OSError as e:
+            raise CheckpointCorrupt(where, f"{name} unreadable ({e})") from e
+        if digest != entry["sha256"]:
+            raise CheckpointCorrupt(where, f"{name} sha256 does not match the manifest")
+
+    def stage(self, step: int) -> _LocalStaged:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / layout.staging_name(step, f"{os.getpid()}-{secrets.token_hex(4)}")
+        tmp.mkdir()
+        return _LocalStaged(tmp, self.location(step))
+
+    def quarantine(self, step: int) -> Path:
+        target = self.folder / layout.quarantine_name(step, secrets.token_hex(4))
+        os.rename(self.location(step), target)
+        fsync_dir(self.folder)
+        return target
+
+    def delete(self, step: int) -> None:
+        trash = self.folder / layout.trash_name(step, secrets.token_hex(4))
+        os.rename(self.location(step), trash)
+        fsync_dir(self.folder)
+        # A crash from here on leaves a trash folder: the next lock holder's clean_partial removes it.
+        crash_point("mid_delete")
+        delete_later(trash)
+
+    def clean_partial(self) -> list[str]:
+        removed: list[str] = []
+        if not self.folder.is_dir():
+            return removed
+        for entry in self.folder.iterdir():
+            if layout.is_leftover(entry.name):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry.name)
+        return removed
+
+
+class _LocalStaged:
+    def __init__(self, tmp: Path, final: Path) -> None:
+        self.tmp, self.final = tmp, final
+
+    def write(self, files: dict[str, list[memoryview]]) -> dict[str, tuple[str, int]]:
+        return write_files(self.tmp, files)
+
+    def commit(self, manifest_bytes: bytes) -> bool:
+        self.write({MANIFEST_NAME: [memoryview(manifest_bytes)]})
+        crash_point("after_manifest")
+        fsync_dir(self.tmp)
+        crash_point("before_rename")
+        if self.final.exists():
+            # The same step committed earlier (a repeated request): keep the first one.
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        os.rename(self.tmp, self.final)
+        crash_point("after_rename")
+        fsync_dir(self.final.parent)
+        count_commit()
+        crash_point("after_commit")
+        return True
