@@ -10,6 +10,7 @@ order, and every cell ends with exactly one completed attempt.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sqlite3
@@ -70,7 +71,7 @@ def test_reboot_mid_sweep_then_same_command(tmp_path: Path) -> None:
         for cell in {"2.2", "2.3"} - frozen:
             steps = CellPaths(root, cell).committed_steps()
             if steps and steps[0] >= 30:
-                trainer = wait_for(lambda c=cell: _training_process(first.pid, c), what=f"{cell}'s trainer")
+                trainer = wait_for(functools.partial(_training_process, first.pid, cell), what=f"{cell}'s trainer")
                 trainer.send_signal(signal.SIGSTOP)
                 frozen.add(cell)
         quick_done = all(CellPaths(root, c).done.exists() for c in ("1.1", "1.2", "1.3", "2.1", "2.4"))

@@ -200,7 +200,7 @@ class StoreClaims(StoreBase):
                 values["nan_step"] = None
                 if isinstance(outcome.metrics, dict):
                     values["metrics"] = json_safe({**(row.metrics or {}), **outcome.metrics})
-            if target is CellState.FAILED:
+            if target in (CellState.FAILED, CellState.CANCELLED):  # as a cancel of a queued cell records it
                 values["finished_at"] = now
             if reason is Reason.NAN:
                 values["nan_step"] = outcome.nan_step
