@@ -24,7 +24,7 @@ test: $(STAMP)
 
 # The in-process core (tests/unit) and the quick integration tests: a loop of under a minute.
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -ra -m "not slow and not process"
+	$(BIN)/pytest -q -ra -m "not slow and not process"; code=$$?; if [ $$code -eq 5 ]; then exit 0; fi; exit $$code
 
 # The static gate: ruff (lint) and mypy (types), settings in pyproject.toml.
 check: $(STAMP)

@@ -1,4 +1,9 @@
-"""Helpers for tests that drive the real CLI in subprocesses on real files."""
+"""Shared helpers of the suite, organised by kind.
+
+tests/unit: the in-process core (state machine, store, outcome rules, renderers);
+tests/spec and tests/checkpoint: in-process with real files and threads;
+tests/process: real sweepq processes driving the CLI (marked `process`).
+"""
 
 from __future__ import annotations
 
@@ -87,6 +92,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 120, what: str = "co
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under tests/process/ drive real sweepq processes: `make test-fast` leaves them out."""
+    process_dir = HERE / "process"
+    for item in items:
+        if process_dir in item.path.parents:
+            item.add_marker(pytest.mark.process)
 
 
 @pytest.fixture

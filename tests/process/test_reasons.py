@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import cli, cli_json, write
+from conftest import HERE, cli, cli_json, write
 
 from sweepq.execution.fingerprint import file_sha256
 
@@ -43,7 +43,7 @@ def parse(t: str) -> datetime:
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     d = tmp_path_factory.mktemp("reasons")
-    (d / "trainers.py").write_text((Path(__file__).parent / "trainers.py").read_text())
+    (d / "trainers.py").write_text((HERE / "trainers.py").read_text())
     spec = write(d / "reasons.yaml", SPEC)
     r = cli("launch", str(spec), "--workers", "2", cwd=d, timeout=400)
     root = d / "runs" / "reasons"

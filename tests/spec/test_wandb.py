@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from conftest import HERE
 
 from sweepq.errors import SpecError
 from sweepq.spec.sweep import DEFAULT_MAX_CELLS, load_sweep, parse_sweep
 
-DATA = Path(__file__).parent / "data" / "specs"
+DATA = HERE / "data" / "specs"
 
 
 def parse(text: str, path: str = "sweep.yaml"):

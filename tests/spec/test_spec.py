@@ -6,9 +6,9 @@ import hashlib
 import json
 import os
 import textwrap
-from pathlib import Path
 
 import pytest
+from conftest import HERE
 
 from sweepq.errors import SpecError, UsageError
 from sweepq.spec.sweep import (
@@ -22,7 +22,7 @@ from sweepq.spec.sweep import (
     select_cells,
 )
 
-DATA = Path(__file__).parent / "data" / "specs"
+DATA = HERE / "data" / "specs"
 
 
 def parse(text: str, path: str = "sweep.yaml"):

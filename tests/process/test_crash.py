@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import cli, cli_json, write
+from conftest import HERE, cli, cli_json, write
 
 from sweepq.checkpoint import storage
 from sweepq.layout import CellPaths
@@ -45,7 +45,7 @@ POINTS = [
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     d = tmp_path_factory.mktemp("reference")
-    (d / "trainers.py").write_text((Path(__file__).parent / "trainers.py").read_text())
+    (d / "trainers.py").write_text((HERE / "trainers.py").read_text())
     spec = write(d / "crash.yaml", SPEC)
     assert cli("launch", str(spec), cwd=d).returncode == 0
     return json.loads((d / "runs/crash/cells/1.1/DONE.json").read_text())
@@ -59,7 +59,7 @@ def hidden(cell: CellPaths) -> list[str]:
 def crashed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One sweep, one cell per crash point; each first attempt dies there, then all are relaunched."""
     d = tmp_path_factory.mktemp("crashed")
-    (d / "trainers.py").write_text((Path(__file__).parent / "trainers.py").read_text())
+    (d / "trainers.py").write_text((HERE / "trainers.py").read_text())
     text = SPEC.replace("  - name: a\n", f"  - name: a\n    grid: {{crash_at: [{', '.join(POINTS)}]}}\n")
     spec = write(d / "crash.yaml", text)
     root = d / "runs" / "crash"

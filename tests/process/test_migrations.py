@@ -9,6 +9,7 @@ from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from conftest import HERE
 from sqlalchemy import inspect
 
 from sweepq.queue import db
@@ -16,7 +17,7 @@ from sweepq.queue.database import Database
 from sweepq.queue.models import Base
 from sweepq.queue.store import Store
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = HERE.resolve().parent
 
 
 def test_migrated_schema_equals_the_models(tmp_path: Path) -> None:
