@@ -310,7 +310,7 @@ def _has_account(e: Evidence) -> bool:
 WORKER_RULES = (
     Rule("its own account (its last message, else its receipt file)", _WORKER, _has_account, _own_account),
     Rule("SIGKILL no sweepq process sent: oom on kernel evidence, else lost", _WORKER,
-         lambda e: _sigkill(e) and e.intent is None, _outside_sigkill),
+         lambda e: _sigkill(e) and e.intent is None and not e.hard_stop, _outside_sigkill),
     Rule("SIGKILL after the worker stopped it", _WORKER, _sigkill, _sweepq_sigkill),
     Rule("a stop signal before its handlers were installed", _WORKER,
          lambda e: e.signal in STOP_SIGNALS, _stop_signal_early),

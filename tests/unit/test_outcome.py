@@ -127,6 +127,9 @@ def rows() -> list[Row]:
             "killed by sweepq: did not stop within the grace period"),
         Row("SIGKILL on a hard stop", Evidence(W, exit_code=-KILL, intent=Intent.STOP, hard_stop=True), "preempted",
             "killed by sweepq: hard stop (second interrupt)"),
+        # A second interrupt can reach the worker before its loop has recorded the first as an intent.
+        Row("SIGKILL on a hard stop before any intent", Evidence(W, exit_code=-KILL, hard_stop=True), "preempted",
+            "killed by sweepq: hard stop (second interrupt)"),
         Row("SIGKILL after cancel", Evidence(W, exit_code=-KILL, intent=Intent.CANCEL), "cancelled",
             "cancelled by sweepq (was: preempted); killed by sweepq"),
         Row("SIGTERM before handlers", Evidence(W, exit_code=-TERM), "preempted",
