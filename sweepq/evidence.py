@@ -74,12 +74,12 @@ class Report:
         if metrics is not None:
             metrics = {str(k): v for k, v in metrics.items()} if isinstance(metrics, dict) else {"result": str(metrics)}
         return cls(
-            reason=_text(d.get("reason")),
-            note=_text(d.get("note")),
-            error_tail=_text(d.get("error_tail")),
-            nan_step=_number(d.get("nan_step")),
+            reason=as_text(d.get("reason")),
+            note=as_text(d.get("note")),
+            error_tail=as_text(d.get("error_tail")),
+            nan_step=as_int(d.get("nan_step")),
             metrics=metrics,
-            written_by=_text(d.get("written_by")),
+            written_by=as_text(d.get("written_by")),
         )
 
 
@@ -128,11 +128,13 @@ def signame(sig: int | None) -> str:
         return f"signal {sig}"
 
 
-def _text(v: Any) -> str | None:
+def as_text(v: Any) -> str | None:
+    """A value from a program's file as text (None when absent)."""
     return None if v is None else str(v)
 
 
-def _number(v: Any) -> int | None:
+def as_int(v: Any) -> int | None:
+    """A value from a program's file as an int (None when absent or not a number)."""
     try:
         return None if v is None else int(v)
     except (TypeError, ValueError):

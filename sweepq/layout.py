@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import overload
 
 DB_NAME = "sweepq.db"
 DONE_NAME = "DONE.json"
@@ -78,33 +79,38 @@ def committed_steps_in(checkpoints: Path) -> list[int]:
     return sorted(steps, reverse=True)
 
 
+class _Within:
+    """A path property: a fixed `name` inside the path that the object's attribute `parent` gives."""
+
+    def __init__(self, parent: str, name: str) -> None:
+        self.parent, self.name = parent, name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Within: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> Path: ...
+
+    def __get__(self, obj: object, owner: type) -> _Within | Path:
+        if obj is None:
+            return self
+        base: Path = getattr(obj, self.parent)
+        return base / self.name
+
+
 @dataclass(frozen=True)
 class RootPaths:
     root: Path
 
-    @property
-    def db(self) -> Path:
-        return self.root / DB_NAME
-
-    @property
-    def private(self) -> Path:
-        return self.root / ".sweepq"
-
-    @property
-    def migrate_lock(self) -> Path:
-        return self.private / "migrate.lock"
-
-    @property
-    def logs(self) -> Path:
-        return self.private / "logs"
+    db = _Within("root", DB_NAME)
+    private = _Within("root", ".sweepq")
+    migrate_lock = _Within("private", "migrate.lock")
+    logs = _Within("private", "logs")
+    attic = _Within("root", "attic")
 
     def worker_log(self, stamp: str, launcher_pid: int, number: int) -> Path:
         """The output of worker `number` started by one launch (stamp and pid tell launches apart)."""
         return self.logs / f"worker-{stamp}-{launcher_pid}-{number}.log"
-
-    @property
-    def attic(self) -> Path:
-        return self.root / "attic"
 
     def attic_entry(self, cell_id: str, stamp: str) -> Path:
         """Where one `sweepq reset` of a cell puts what it moves aside."""
@@ -123,35 +129,18 @@ class CellPaths:
     def dir(self) -> Path:
         return self.root / CELLS_DIR / self.cell_id
 
-    @property
-    def checkpoints(self) -> Path:
-        return self.dir / "checkpoints"
+    checkpoints = _Within("dir", "checkpoints")
+    done = _Within("dir", DONE_NAME)
+    lock = _Within("dir", "lock")
+    cfg = _Within("dir", "cfg.json")
+    args = _Within("dir", "args.json")
+    output = _Within("dir", "output")
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / step_name(step)
 
     def manifest(self, step: int) -> Path:
         return self.checkpoint(step) / MANIFEST_NAME
-
-    @property
-    def done(self) -> Path:
-        return self.dir / DONE_NAME
-
-    @property
-    def lock(self) -> Path:
-        return self.dir / "lock"
-
-    @property
-    def cfg(self) -> Path:
-        return self.dir / "cfg.json"
-
-    @property
-    def args(self) -> Path:
-        return self.dir / "args.json"
-
-    @property
-    def output(self) -> Path:
-        return self.dir / "output"
 
     def attempt_dir(self, number: int) -> Path:
         return self.dir / "attempts" / str(number)

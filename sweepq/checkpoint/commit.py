@@ -29,9 +29,13 @@ from sweepq.checkpoint.image import Files
 from sweepq.checkpoint.manifest import FORMAT, STATE, TENSORS, CheckpointCorrupt, tensor_files
 from sweepq.checkpoint.storage import CheckpointStorage
 
+# -- writing ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Committed:
+    """A checkpoint just committed, as its manifest describes it."""
+
     step: int
     path: Path
     manifest_sha256: str
@@ -39,19 +43,6 @@ class Committed:
     epoch: float | None
     metrics: dict[str, Any]
     created_at: str
-
-
-@dataclass(frozen=True)
-class Loaded:
-    step: int
-    path: Path
-    manifest: dict[str, Any]
-    manifest_sha256: str
-    state: dict[str, Any]  # the user's entries, plain (state_dicts, values)
-    rng: dict[str, Any] | None
-
-
-# -- writing ------------------------------------------------------------------------
 
 
 def write_checkpoint(
@@ -99,6 +90,21 @@ def _committed(path: Path, manifest: dict[str, Any], msha: str) -> Committed:
         metrics=manifest.get("metrics") or {},
         created_at=manifest.get("created_at", ""),
     )
+
+
+# -- reading ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A checkpoint verified and read back."""
+
+    step: int
+    path: Path
+    manifest: dict[str, Any]
+    manifest_sha256: str
+    state: dict[str, Any]  # the user's entries, plain (state_dicts, values)
+    rng: dict[str, Any] | None
 
 
 def load(storage: CheckpointStorage, step: int) -> Loaded:

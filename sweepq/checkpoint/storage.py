@@ -24,8 +24,10 @@ import hashlib
 import os
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
+from io import FileIO
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -157,71 +159,56 @@ class LocalFolder:
             raise CheckpointCorrupt(where, f"{name} unreadable ({e})") from e
         if len(data) != int(entry["size"]):
             raise CheckpointCorrupt(where, f"{name} has {len(data)} bytes, manifest says {entry['size']}")
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise CheckpointCorrupt(where, f"{name} sha256 does not match the manifest")
+        _check_digest(where, name, hashlib.sha256(data).hexdigest(), entry)
         return data
 
     def read_into(self, step: int, name: str, entry: dict[str, Any], alloc: Callable[[int], _B]) -> _B:
         """Each chunk is hashed on a lane while the next is read; the size is checked before anything is allocated."""
         where = self.location(step)
         size = int(entry["size"])
-        try:
-            with open(where / name, "rb", buffering=0) as f:
-                actual = os.fstat(f.fileno()).st_size
-                if actual != size:
-                    raise CheckpointCorrupt(where, f"{name} has {actual} bytes, manifest says {size}")
-                out = alloc(size)
-                view = memoryview(out).cast("B")  # type: ignore[arg-type]
-                h, pool = hashlib.sha256(), hasher()
-                pipelined = size >= SMALL
-                got = 0
-                while got < size:
-                    n = f.readinto(view[got : got + READ_CHUNK])
-                    if not n:
-                        raise CheckpointCorrupt(where, f"{name} ended after {got} bytes, manifest says {size}")
-                    if pipelined:
-                        pool.submit(h.update, view[got : got + n])
-                    else:
-                        h.update(view[got : got + n])
-                    got += n
-                digest = pool.submit(h.hexdigest).result() if pipelined else h.hexdigest()
-        except OSError as e:
-            raise CheckpointCorrupt(where, f"{name} unreadable ({e})") from e
-        if digest != entry["sha256"]:
-            raise CheckpointCorrupt(where, f"{name} sha256 does not match the manifest")
+        with _opened(where, name, size) as f:
+            out = alloc(size)
+            view = memoryview(out).cast("B")  # type: ignore[arg-type]
+            h, pool = hashlib.sha256(), hasher()
+            pipelined = size >= SMALL
+            got = 0
+            while got < size:
+                n = f.readinto(view[got : got + READ_CHUNK])
+                if not n:
+                    raise CheckpointCorrupt(where, f"{name} ended after {got} bytes, manifest says {size}")
+                if pipelined:
+                    pool.submit(h.update, view[got : got + n])
+                else:
+                    h.update(view[got : got + n])
+                got += n
+            digest = pool.submit(h.hexdigest).result() if pipelined else h.hexdigest()
+        _check_digest(where, name, digest, entry)
         return out
 
     def check(self, step: int, name: str, entry: dict[str, Any]) -> None:
         """Two chunk buffers, one hashed on a lane while the other is read: a file of any size in little memory."""
         where = self.location(step)
         size = int(entry["size"])
-        try:
-            with open(where / name, "rb", buffering=0) as f:
-                actual = os.fstat(f.fileno()).st_size
-                if actual != size:
-                    raise CheckpointCorrupt(where, f"{name} has {actual} bytes, manifest says {size}")
-                h, pool = hashlib.sha256(), hasher()
-                bufs = [memoryview(bytearray(min(READ_CHUNK, size))) for _ in range(2 if size >= SMALL else 1)]
-                pending: list[Future[Any] | None] = [None] * len(bufs)
-                got = i = 0
-                while got < size:
-                    k = i % len(bufs)
-                    if pending[k] is not None:
-                        pending[k].result()  # type: ignore[union-attr]
-                    n = f.readinto(bufs[k])
-                    if not n:
-                        raise CheckpointCorrupt(where, f"{name} ended after {got} bytes, manifest says {size}")
-                    if len(bufs) > 1:
-                        pending[k] = pool.submit(h.update, bufs[k][:n])
-                    else:
-                        h.update(bufs[k][:n])
-                    got += n
-                    i += 1
-                digest = pool.submit(h.hexdigest).result() if len(bufs) > 1 else h.hexdigest()
-        except OSError as e:
-            raise CheckpointCorrupt(where, f"{name} unreadable ({e})") from e
-        if digest != entry["sha256"]:
-            raise CheckpointCorrupt(where, f"{name} sha256 does not match the manifest")
+        with _opened(where, name, size) as f:
+            h, pool = hashlib.sha256(), hasher()
+            bufs = [memoryview(bytearray(min(READ_CHUNK, size))) for _ in range(2 if size >= SMALL else 1)]
+            pending: list[Future[Any] | None] = [None] * len(bufs)
+            got = i = 0
+            while got < size:
+                k = i % len(bufs)
+                if pending[k] is not None:
+                    pending[k].result()  # type: ignore[union-attr]
+                n = f.readinto(bufs[k])
+                if not n:
+                    raise CheckpointCorrupt(where, f"{name} ended after {got} bytes, manifest says {size}")
+                if len(bufs) > 1:
+                    pending[k] = pool.submit(h.update, bufs[k][:n])
+                else:
+                    h.update(bufs[k][:n])
+                got += n
+                i += 1
+            digest = pool.submit(h.hexdigest).result() if len(bufs) > 1 else h.hexdigest()
+        _check_digest(where, name, digest, entry)
 
     def stage(self, step: int) -> _LocalStaged:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -252,6 +239,27 @@ class LocalFolder:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry.name)
         return removed
+
+
+@contextmanager
+def _opened(where: Path, name: str, size: int) -> Iterator[FileIO]:
+    """A step's file, opened unbuffered once its size is the manifest's.
+
+    An OSError, whether opening it or while the caller reads it, is corruption.
+    """
+    try:
+        with open(where / name, "rb", buffering=0) as f:
+            actual = os.fstat(f.fileno()).st_size
+            if actual != size:
+                raise CheckpointCorrupt(where, f"{name} has {actual} bytes, manifest says {size}")
+            yield f
+    except OSError as e:
+        raise CheckpointCorrupt(where, f"{name} unreadable ({e})") from e
+
+
+def _check_digest(where: Path, name: str, digest: str, entry: dict[str, Any]) -> None:
+    if digest != entry["sha256"]:
+        raise CheckpointCorrupt(where, f"{name} sha256 does not match the manifest")
 
 
 class _LocalStaged:

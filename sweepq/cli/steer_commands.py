@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import click
@@ -22,47 +23,46 @@ def _selected(store: Store, selectors: tuple[str, ...]) -> list[str]:
     return [c.id for c in select_cells(store.cells(), selectors)]
 
 
-@main.command()
-@click.argument("cells", nargs=-1)
-@root_option
-@friendly
-def retry(cells: tuple[str, ...], root: str | None) -> None:
+def _on_cells(fn: Callable[[Store, list[str]], None]) -> click.Command:
+    """A steering command on the CELLS its arguments select: `fn(store, ids)` (name and help from `fn`)."""
+
+    @main.command(name=fn.__name__, help=fn.__doc__)
+    @click.argument("cells", nargs=-1)
+    @root_option
+    @friendly
+    def command(cells: tuple[str, ...], root: str | None) -> None:
+        with steering(root) as store:
+            fn(store, _selected(store, cells))
+
+    return command
+
+
+@_on_cells
+def retry(store: Store, ids: list[str]) -> None:
     """Requeue failed or cancelled CELLS with a fresh retry budget."""
-    with steering(root) as store:
-        ids = _selected(store, cells)
-        moved = store.retry(ids)
-        _report_moves("requeued", moved, ids, store)
+    moved = store.retry(ids)
+    _report_moves("requeued", moved, ids, store)
 
 
-@main.command()
-@click.argument("cells", nargs=-1)
-@root_option
-@friendly
-def cancel(cells: tuple[str, ...], root: str | None) -> None:
+@_on_cells
+def cancel(store: Store, ids: list[str]) -> None:
     """Cancel CELLS; a running one is first preempted gracefully by its worker."""
-    with steering(root) as store:
-        ids = _selected(store, cells)
-        now, requested = store.cancel(ids)
-        if now:
-            click.echo(f"cancelled: {', '.join(now)}")
-        if requested:
-            click.echo(f"asked the workers of {', '.join(requested)} to stop them (checkpoint, then cancelled)")
-        rest = [i for i in ids if i not in now and i not in requested]
-        if rest:
-            click.echo(f"unchanged (done, failed or already cancelled): {', '.join(rest)}")
+    now, requested = store.cancel(ids)
+    if now:
+        click.echo(f"cancelled: {', '.join(now)}")
+    if requested:
+        click.echo(f"asked the workers of {', '.join(requested)} to stop them (checkpoint, then cancelled)")
+    rest = [i for i in ids if i not in now and i not in requested]
+    if rest:
+        click.echo(f"unchanged (done, failed or already cancelled): {', '.join(rest)}")
 
 
-@main.command()
-@click.argument("cells", nargs=-1)
-@root_option
-@friendly
-def reset(cells: tuple[str, ...], root: str | None) -> None:
+@_on_cells
+def reset(store: Store, ids: list[str]) -> None:
     """Start CELLS over from scratch; their checkpoints and DONE.json move to the attic."""
-    with steering(root) as store:
-        ids = _selected(store, cells)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        done = [cid for cid in ids if _reset_one(store, cid, stamp)]
-        _report_moves("reset", done, ids, store)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    done = [cid for cid in ids if _reset_one(store, cid, stamp)]
+    _report_moves("reset", done, ids, store)
 
 
 def _reset_one(store: Store, cid: str, stamp: str) -> bool:

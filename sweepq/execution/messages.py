@@ -66,24 +66,28 @@ class Total:
 
 
 @dataclass(frozen=True)
-class Logged:
+class _AtStep:
+    """The point of training a message speaks of: its first fields."""
+
+    step: int
+    epoch: float | None
+
+
+@dataclass(frozen=True)
+class Logged(_AtStep):
     """Scalars logged since the last message (sent at most every LOG_INTERVAL)."""
 
     kind: ClassVar[str] = "log"
-    step: int
-    epoch: float | None
     scalars: dict[str, Any]
     best: float | None
     best_step: int | None
 
 
 @dataclass(frozen=True)
-class Checkpointed:
+class Checkpointed(_AtStep):
     """A checkpoint was committed (path: relative to the cell folder)."""
 
     kind: ClassVar[str] = "ckpt"
-    step: int
-    epoch: float | None
     metrics: dict[str, Any]
     path: str
     sha: str

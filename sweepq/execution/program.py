@@ -31,7 +31,7 @@ from sweepq.atomic import read_json
 from sweepq.checkpoint import storage
 from sweepq.checkpoint.manifest import CheckpointTooNew
 from sweepq.errors import SpecError
-from sweepq.evidence import Evidence, Report, Witness
+from sweepq.evidence import Evidence, Report, Witness, as_int, as_text
 from sweepq.execution import signals
 from sweepq.execution.attempt_spec import AttemptSpec
 from sweepq.execution.channel import Channel
@@ -179,17 +179,6 @@ def read_outcome(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _str(v: Any) -> str | None:
-    return None if v is None else str(v)
-
-
-def _int(v: Any) -> int | None:
-    try:
-        return None if v is None else int(v)
-    except (TypeError, ValueError):
-        return None
-
-
 @dataclass
 class ProgramRun:
     """What the attempt runner reads from a Run (steps, best, newest checkpoint), for a program.
@@ -209,15 +198,15 @@ class ProgramRun:
     @classmethod
     def from_report(cls, paths: CellPaths, r: dict[str, Any]) -> ProgramRun:
         newest = cls._newest(paths)
-        end = _int(r.get("end_step"))
+        end = as_int(r.get("end_step"))
         return cls(
             paths=paths,
             last_step=end if end is not None else (newest[0] if newest else None),
-            start_step=_int(r.get("start_step")),
-            start_sha=_str(r.get("start_checkpoint_sha")),
+            start_step=as_int(r.get("start_step")),
+            start_sha=as_text(r.get("start_checkpoint_sha")),
             epoch=r.get("epoch") if isinstance(r.get("epoch"), (int, float)) else None,
             best=r.get("best") if isinstance(r.get("best"), (int, float)) else None,
-            best_step=_int(r.get("best_step")),
+            best_step=as_int(r.get("best_step")),
         )
 
     @staticmethod

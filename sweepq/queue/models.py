@@ -59,6 +59,10 @@ class SweepRow(Base):
 
 class CellRow(Base):
     __tablename__ = "cells"
+    __table_args__ = (
+        Index("ix_cells_order", "group_number", "index"),
+        Index("ix_cells_state", "state"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "G.I"
     group_number: Mapped[int]
@@ -90,16 +94,15 @@ class CellRow(Base):
     updated_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
 
-    __table_args__ = (
-        Index("ix_cells_order", "group_number", "index"),
-        Index("ix_cells_state", "state"),
-    )
-
 
 class AttemptRow(Base):
     """The receipt of one process's try at a cell."""
 
     __tablename__ = "attempts"
+    __table_args__ = (
+        UniqueConstraint("cell_id", "number", name="uq_attempts_cell_number"),
+        Index("ix_attempts_started", "started_at"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     cell_id: Mapped[str] = mapped_column(String(32), ForeignKey("cells.id"))
@@ -128,16 +131,14 @@ class AttemptRow(Base):
     data_fingerprint: Mapped[dict[str, Any] | None]
     note: Mapped[str | None] = mapped_column(Text)
 
-    __table_args__ = (
-        UniqueConstraint("cell_id", "number", name="uq_attempts_cell_number"),
-        Index("ix_attempts_started", "started_at"),
-    )
-
 
 class CheckpointRow(Base):
     """A committed checkpoint as the database knows it (the manifest on disk is the truth)."""
 
     __tablename__ = "checkpoints"
+    # Not unique: a corrupt checkpoint keeps its row (moved aside) when a later
+    # attempt commits the same step again.
+    __table_args__ = (Index("ix_checkpoints_cell_step", "cell_id", "step"),)
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     cell_id: Mapped[str] = mapped_column(String(32), ForeignKey("cells.id"))
@@ -152,20 +153,15 @@ class CheckpointRow(Base):
     created_at: Mapped[datetime]
     note: Mapped[str | None] = mapped_column(Text)
 
-    # Not unique: a corrupt checkpoint keeps its row (moved aside) when a later
-    # attempt commits the same step again.
-    __table_args__ = (Index("ix_checkpoints_cell_step", "cell_id", "step"),)
-
 
 class EventRow(Base):
     """A cell's history beyond its attempts: drift accepted, repairs, user commands."""
 
     __tablename__ = "events"
+    __table_args__ = (Index("ix_events_cell", "cell_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     cell_id: Mapped[str | None] = mapped_column(String(32))
     at: Mapped[datetime]
     kind: Mapped[str] = mapped_column(String(32))
     detail: Mapped[dict[str, Any] | None]
-
-    __table_args__ = (Index("ix_events_cell", "cell_id"),)

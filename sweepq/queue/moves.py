@@ -11,6 +11,9 @@ from sweepq.queue.models import CellRow, CheckpointRow
 from sweepq.queue.states import CellState, CheckpointState, Reason
 from sweepq.queue.transactions import StoreBase, rowcount
 
+# What `reset` clears: the cell starts over as if it had never run.
+_NO_PROGRESS = dict.fromkeys(("step", "epoch", "metrics", "best", "best_step", "nan_step", "last_reason"))
+
 
 class StoreMoves(StoreBase):
     def retry(self, cells: list[str]) -> list[str]:
@@ -63,15 +66,7 @@ class StoreMoves(StoreBase):
                 if fresh_budget:
                     values["budget_base"] = CellRow.attempts
                 if clear_progress:
-                    values.update(
-                        step=None,
-                        epoch=None,
-                        metrics=None,
-                        best=None,
-                        best_step=None,
-                        nan_step=None,
-                        last_reason=None,
-                    )
+                    values.update(_NO_PROGRESS)
                 res = s.execute(
                     update(CellRow)
                     .where(CellRow.id == cid, CellRow.state.in_([str(x) for x in sources]))

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import fields
+from enum import Enum
+from typing import Any, TypeVar, get_origin, get_type_hints
 
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
-from sweepq.queue.states import CellState
+
+_R = TypeVar("_R", CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
+
+# Resolved once: (name, declared type) of each field of each record, in order.
+_FIELDS: dict[type, list[tuple[str, Any]]] = {
+    cls: [(f.name, get_type_hints(cls)[f.name]) for f in fields(cls)]
+    for cls in (CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
+}
 
 
 def json_safe(obj: Any) -> Any:
@@ -22,76 +32,33 @@ def json_safe(obj: Any) -> Any:
 
 
 def cell_record(r: CellRow) -> CellRecord:
-    return CellRecord(
-        id=r.id,
-        group=r.group_number,
-        index=r.index,
-        group_name=r.group_name,
-        cfg=r.cfg,
-        cfg_hash=r.cfg_hash,
-        state=CellState(r.state),
-        attempts=r.attempts,
-        last_reason=r.last_reason,
-        retry_after=r.retry_after,
-        step=r.step,
-        total_steps=r.total_steps,
-        epoch=r.epoch,
-        total_epochs=r.total_epochs,
-        metrics=r.metrics or {},
-        best=r.best,
-        best_step=r.best_step,
-        removed=r.removed,
-        cancel_requested=r.cancel_requested,
-        updated_at=r.updated_at,
-        finished_at=r.finished_at,
-    )
+    return _record(CellRecord, r, {"group": "group_number"})
 
 
 def attempt_record(r: AttemptRow) -> AttemptRecord:
-    return AttemptRecord(
-        cell=r.cell_id,
-        number=r.number,
-        worker=r.worker,
-        host=r.host,
-        pid=r.pid,
-        worker_pid=r.worker_pid,
-        gpus=r.gpus or [],
-        started_at=r.started_at,
-        ended_at=r.ended_at,
-        start_step=r.start_step,
-        start_checkpoint_sha=r.start_checkpoint_sha,
-        nan_step=r.nan_step,
-        end_step=r.end_step,
-        reason=r.reason,
-        exit_code=r.exit_code,
-        exit_signal=r.exit_signal,
-        error_tail=r.error_tail,
-        wall_seconds=r.wall_seconds,
-        gpu_seconds=r.gpu_seconds,
-        peak_memory_bytes=r.peak_memory_bytes,
-        peak_gpu_memory_bytes=r.peak_gpu_memory_bytes,
-        environment=r.environment or {},
-        code_fingerprint=r.code_fingerprint or {},
-        data_fingerprint=r.data_fingerprint or {},
-        note=r.note,
-    )
+    return _record(AttemptRecord, r, {"cell": "cell_id"})
 
 
 def checkpoint_record(r: CheckpointRow) -> CheckpointRecord:
-    return CheckpointRecord(
-        cell=r.cell_id,
-        step=r.step,
-        epoch=r.epoch,
-        state=r.state,
-        metrics=r.metrics or {},
-        path=r.path,
-        manifest_sha256=r.manifest_sha256,
-        attempt=r.attempt,
-        size_bytes=r.size_bytes,
-        created_at=r.created_at,
-        note=r.note,
-    )
+    return _record(CheckpointRecord, r, {"cell": "cell_id"})
 
 
 def event_record(r: EventRow) -> EventRecord:
-    return EventRecord(r.cell_id, r.at, r.kind, r.detail or {})
+    return _record(EventRecord, r, {"cell": "cell_id"})
+
+
+def _record(cls: type[_R], row: Any, renamed: Mapping[str, str]) -> _R:
+    """Each field of the record from the row's column of the same name (or the one `renamed` gives).
+
+    A NULL JSON column becomes an empty dict or list; an enum field is rebuilt from its stored value.
+    """
+    values = {}
+    for name, hint in _FIELDS[cls]:
+        value = getattr(row, renamed.get(name, name))
+        origin = get_origin(hint)
+        if value is None and origin in (dict, list):
+            value = origin()
+        elif isinstance(hint, type) and issubclass(hint, Enum):
+            value = hint(value)
+        values[name] = value
+    return cls(**values)
