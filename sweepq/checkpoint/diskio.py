@@ -31,11 +31,6 @@ ALIGN = 4096  # a page, and a multiple of every block size direct I/O asks for i
 CHUNK = 8 << 20
 
 
-def write_file(path: Path, parts: list[memoryview]) -> tuple[str, int]:
-    """Write `parts` to a new file and fsync it; returns (sha256, size). See write_files."""
-    return write_files(path.parent, {path.name: parts})[path.name]
-
-
 def write_files(folder: Path, files: dict[str, list[memoryview]]) -> dict[str, tuple[str, int]]:
     """Write several new files and fsync each; name -> (sha256, size).
 

@@ -40,11 +40,6 @@ def describe() -> str:
     return signal.Signals(sig).name if sig else "a signal"
 
 
-def request() -> None:
-    """Ask the training code to stop as if a signal arrived (tests, in-process use)."""
-    _stop.set()
-
-
 def clear() -> None:
     _stop.clear()
     _received.clear()

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
 from sqlalchemy import func, or_, select
 
 from sweepq.errors import UsageError
 from sweepq.queue import states
-from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow, SweepRow
+from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.queue.rows import attempt_record, cell_record, checkpoint_record, event_record
 from sweepq.queue.states import CellState
@@ -23,13 +20,6 @@ class StoreReads(StoreBase):
     def settings(self) -> Settings:
         with self._read() as s:
             return self._settings(s)
-
-    def sweep_info(self) -> dict[str, Any]:
-        with self._read() as s:
-            row = s.get(SweepRow, 1)
-            if row is None:
-                return {}
-            return {"name": row.name, "spec_path": row.spec_path, "created_at": row.created_at}
 
     # -- cells, attempts, checkpoints, history ------------------------------
 
@@ -132,13 +122,6 @@ class StoreReads(StoreBase):
                 CellRow.state.not_in([str(x) for x in states.TERMINAL]), CellRow.removed.is_(False)
             )
             return int(s.scalar(q.select_from(CellRow)) or 0)
-
-    def next_retry_at(self) -> datetime | None:
-        with self._read() as s:
-            q = select(func.min(CellRow.retry_after)).where(
-                CellRow.state == CellState.QUEUED, CellRow.removed.is_(False)
-            )
-            return s.scalar(q)
 
     def cancel_requested(self, cell: str) -> bool:
         with self._read() as s:

@@ -86,7 +86,7 @@ def test_any_parts_write_the_exact_bytes(tmp_path: Path) -> None:
         "empty_parts": [memoryview(b""), aligned.data, memoryview(b"")],
     }
     for name, parts in cases.items():
-        sha, size = diskio.write_file(tmp_path / name, parts)
+        sha, size = diskio.write_files(tmp_path, {name: parts})[name]
         expected = b"".join(bytes(p) for p in parts)
         data = (tmp_path / name).read_bytes()
         assert data == expected and size == len(expected), name

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import io
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 
 from sweepq.cli import render, report
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
@@ -85,9 +84,7 @@ def attempt(number: int, minutes: float, **fields: Any) -> AttemptRecord:
 
 def text(renderable: RenderableType, width: int = 100) -> str:
     """What a terminal of `width` columns without colour shows (trailing blanks dropped)."""
-    console = Console(width=width, record=True, color_system=None, force_terminal=False, file=io.StringIO())
-    console.print(renderable)
-    return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
+    return "\n".join(line.rstrip() for line in render.to_text(renderable, width).splitlines()) + "\n"
 
 
 # After a reboot, the design's story: 1.1 and 2.1 finished, 2.2 was lost at epoch 83/150, 2.3 runs again

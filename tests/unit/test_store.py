@@ -204,7 +204,7 @@ def test_budgets_are_kept_per_reason(store: Store, clock: FakeClock) -> None:
 
 def test_back_off_waits_on_the_injected_clock(store: Store, clock: FakeClock) -> None:
     attempt_ending(store, "1.1", Reason.OOM)
-    assert store.next_retry_at() == T0 + timedelta(seconds=30)
+    assert store.cell("1.1").retry_after == T0 + timedelta(seconds=30)
     assert "1.1" not in store.claimable()
     assert store.claim("1.1", WORKER) is None
     clock.advance(29.999)
