@@ -7,6 +7,7 @@ tests/process: real sweepq processes driving the CLI (marked `process`).
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import shutil
@@ -92,6 +93,12 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 120, what: str = "co
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Compile sweepq once: every CLI, worker and training process of the suite imports it afresh, and
+    where PYTHONDONTWRITEBYTECODE is set (as on CI machines) each would compile it again (~0.3 s each)."""
+    compileall.compile_dir(REPO_ROOT / "sweepq", quiet=1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

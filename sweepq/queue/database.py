@@ -129,7 +129,7 @@ class Database:
             db.upgrade(self.engine, self.describe())
 
     def schema_current(self) -> bool:
-        return db.current_revision(self.engine) == db.head_revision()
+        return db.current_revision(self.engine) == db.SCHEMA_HEAD
 
     def check_current(self) -> None:
         """For read-only commands: refuse a database whose schema is not this sweepq's."""

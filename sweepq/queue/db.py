@@ -4,20 +4,29 @@ Nobody runs alembic's command line: `Database.upgrade` calls `upgrade` under a
 lock when a launch or a worker opens a root, and read commands only compare
 revisions (`check_current`). Where the database is and how to connect to it is
 sweepq/queue/database.py's question; this module gets an engine.
+
+Read commands must answer at once, and importing alembic alone costs about
+0.2 s: they compare the database's revision, read with one SELECT, with
+SCHEMA_HEAD, which a unit test holds equal to the scripts' head. Alembic is
+imported only by what migrates.
 """
 
 from __future__ import annotations
 
 import importlib.resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, inspect, text
 
 from sweepq.errors import UsageError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+#: The newest revision in migrations/versions (tests/unit/test_store.py holds it to alembic's head).
+SCHEMA_HEAD = "0001"
+VERSION_TABLE = "alembic_version"  # alembic's default, where it records the revision
 
 
 def migrations_dir() -> Path:
@@ -26,24 +35,38 @@ def migrations_dir() -> Path:
 
 
 def _alembic_config() -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     return cfg
 
 
 def head_revision() -> str:
+    """The head of the migration scripts, as alembic reads them."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
     assert head is not None
     return head
 
 
 def current_revision(engine: Engine) -> str | None:
+    """The revision recorded in the database; None for a database alembic never touched."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        if not inspect(conn).has_table(VERSION_TABLE):
+            return None
+        revisions = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    if len(revisions) > 1:
+        raise UsageError(f"the database records several schema revisions ({', '.join(revisions)})")
+    return revisions[0] if revisions else None
 
 
 def upgrade(engine: Engine, where: str) -> None:
     """Create or upgrade the schema to head; the caller holds the migration lock."""
+    from alembic import command
+    from alembic.script import ScriptDirectory
+
     rev = current_revision(engine)
     head = head_revision()
     if rev == head:
@@ -62,7 +85,7 @@ def upgrade(engine: Engine, where: str) -> None:
 
 def check_current(engine: Engine, where: str) -> None:
     """For read-only commands: refuse a database whose schema is not this sweepq's."""
-    rev, head = current_revision(engine), head_revision()
+    rev, head = current_revision(engine), SCHEMA_HEAD
     if rev != head:
         raise UsageError(
             f"the database at {where} has schema revision {rev}, this sweepq "

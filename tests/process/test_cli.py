@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import cli, cli_json, write
+from conftest import HERE, cli, cli_json, write
 
 SPEC = """
 name: small
@@ -24,12 +25,22 @@ groups:
 """
 
 
-@pytest.fixture
-def done_sweep(sweep_dir: Path) -> tuple[Path, Path]:
-    spec = write(sweep_dir / "small.yaml", SPEC)
-    r = cli("launch", str(spec), cwd=sweep_dir)
+@pytest.fixture(scope="module")
+def launched_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("small")
+    shutil.copy(HERE / "trainers.py", d / "trainers.py")
+    spec = write(d / "small.yaml", SPEC)
+    r = cli("launch", str(spec), cwd=d)
     assert r.returncode == 0, r.stdout + r.stderr
-    return spec, sweep_dir / "runs" / "small"
+    return d
+
+
+@pytest.fixture
+def done_sweep(launched_once: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A finished sweep of the test's own: a copy of one launched once per module (the launch is the slow part)."""
+    d = tmp_path / "sweep"
+    shutil.copytree(launched_once, d)
+    return d / "small.yaml", d / "runs" / "small"
 
 
 def test_plan_touches_nothing_and_needs_no_program(tmp_path: Path) -> None:
