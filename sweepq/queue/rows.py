@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from enum import Enum
 from typing import Any, TypeVar, get_origin, get_type_hints
@@ -13,9 +13,20 @@ from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, Ev
 
 _R = TypeVar("_R", CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
 
-# Resolved once: (name, declared type) of each field of each record, in order.
-_FIELDS: dict[type, list[tuple[str, Any]]] = {
-    cls: [(f.name, get_type_hints(cls)[f.name]) for f in fields(cls)]
+
+def _converter(hint: Any) -> Callable[[Any], Any] | None:
+    """What a stored value needs to become the field: a NULL JSON column an empty dict or list, an enum rebuilt."""
+    origin = get_origin(hint)
+    if origin in (dict, list):
+        return lambda v: origin() if v is None else v
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return hint
+    return None
+
+
+# Resolved once, not per row (status reads every cell): each field's name and converter, in order.
+_FIELDS: dict[type, list[tuple[str, Callable[[Any], Any] | None]]] = {
+    cls: [(f.name, _converter(get_type_hints(cls)[f.name])) for f in fields(cls)]
     for cls in (CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
 }
 
@@ -53,12 +64,7 @@ def _record(cls: type[_R], row: Any, renamed: Mapping[str, str]) -> _R:
     A NULL JSON column becomes an empty dict or list; an enum field is rebuilt from its stored value.
     """
     values = {}
-    for name, hint in _FIELDS[cls]:
+    for name, convert in _FIELDS[cls]:
         value = getattr(row, renamed.get(name, name))
-        origin = get_origin(hint)
-        if value is None and origin in (dict, list):
-            value = origin()
-        elif isinstance(hint, type) and issubclass(hint, Enum):
-            value = hint(value)
-        values[name] = value
+        values[name] = convert(value) if convert is not None else value
     return cls(**values)
