@@ -6,14 +6,17 @@ Stable (outside tools rely on it):
     <root>/cells/<cell>/DONE.json                 the done marker
 
 sweepq's own choice (may change between versions):
-    <root>/cells/<cell>/lock                      the cell's file lock (held by its training process)
+    <root>/cells/<cell>/                          the folder is the cell's lock (flock held by its training process)
     <root>/cells/<cell>/cfg.json                  the cell's cfg, for programs and people
     <root>/cells/<cell>/args.json                 what a program's ${args_json_file} stands for
     <root>/cells/<cell>/output/                   a program's own files, kept across attempts
     <root>/cells/<cell>/attempts/<n>/             attempt.json, stdout.log, stderr.log, receipt.json,
                                                   outcome.json (a program's own account) of attempt n
     <root>/attic/<cell>/<stamp>/                  what `sweepq reset` moved aside
-    <root>/.sweepq/                               root-wide locks (migrate.lock) and worker logs (logs/)
+    <root>/launch.log                             a launch's output once its terminal went away (and
+                                                  all of a `launch --detach`)
+    <root>/.sweepq/                               root-wide locks (migrate.lock, launch.lock with who
+                                                  holds it in launch.json) and worker logs (logs/)
 
 Only sweepq/queue/database.py turns `RootPaths.db` into a database URL: where
 the queue lives is its question (a server URL may replace the file).
@@ -105,6 +108,9 @@ class RootPaths:
     db = _Within("root", DB_NAME)
     private = _Within("root", ".sweepq")
     migrate_lock = _Within("private", "migrate.lock")
+    launch_lock = _Within("private", "launch.lock")  # held by the root's live launch, if any
+    launch_info = _Within("private", "launch.json")  # who holds launch_lock (pid, host, log)
+    launch_log = _Within("root", "launch.log")
     logs = _Within("private", "logs")
     attic = _Within("root", "attic")
 
@@ -131,7 +137,12 @@ class CellPaths:
 
     checkpoints = _Within("dir", "checkpoints")
     done = _Within("dir", DONE_NAME)
-    lock = _Within("dir", "lock")
+
+    @property
+    def lock(self) -> Path:
+        """What the cell's lock is taken on: the cell folder itself (queue/lock.py says why)."""
+        return self.dir
+
     cfg = _Within("dir", "cfg.json")
     args = _Within("dir", "args.json")
     output = _Within("dir", "output")

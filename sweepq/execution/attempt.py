@@ -29,6 +29,7 @@ from typing import Any
 
 from sweepq.atomic import atomic_write_json
 from sweepq.checkpoint import marker, storage
+from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.evidence import Evidence, Witness
 from sweepq.execution import fingerprint, program
 from sweepq.execution.attempt_spec import AttemptSpec
@@ -41,6 +42,7 @@ from sweepq.execution.run import Run
 from sweepq.layout import CellPaths
 from sweepq.outcome import EXIT_PREEMPTED, decide
 from sweepq.queue import liveness
+from sweepq.queue.fence import Fence, Fenced
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
 from sweepq.spec.sweep import Settings
@@ -78,21 +80,27 @@ def import_entry(train: str, spec_dir: str) -> Any:
     return func
 
 
-def run_train(spec: AttemptSpec, settings: Settings, channel: Channel) -> tuple[Outcome, Run | None]:
+def run_train(
+    spec: AttemptSpec, settings: Settings, channel: Channel, fence: FenceCheck | None = None
+) -> tuple[Outcome, Run | None]:
     run: Run | None = None
     try:
         func = import_entry(settings.train or "", settings.spec_dir)
-        run = Run(spec, channel)
+        run = Run(spec, channel, fence)
         result = func(dict(spec.cfg), run)
     except BaseException as e:
         if run is not None:
             _close_quietly(run)
         return _judged(run, raised=raised(e)), run
     outcome = _judged(run, finished=True, metrics=_metrics(result))
-    if outcome.reason == Reason.COMPLETED:
-        run.close(completed=True)  # the final checkpoint: its failure is the attempt's
-    else:
+    if outcome.reason != Reason.COMPLETED:
         _close_quietly(run)
+        return outcome, run
+    try:
+        run.close(completed=True)  # the final checkpoint: its failure is the attempt's
+    except Exception as e:
+        traceback.print_exc()
+        return _judged(run, raised=raised(e)), run
     return outcome, run
 
 
@@ -130,8 +138,22 @@ def _metrics(result: Any) -> dict[str, Any] | None:
     return {"result": str(result)}
 
 
-def finish_done(spec: AttemptSpec, run: Run | program.ProgramRun | None, outcome: Outcome) -> None:
-    """The marker goes down after the final checkpoint and before anyone tells the database."""
+def finish_done(spec: AttemptSpec, run: Run | program.ProgramRun | None, outcome: Outcome, fence: Fence) -> Outcome:
+    """The marker goes down after the final checkpoint and before anyone tells the database.
+
+    Fenced: an attempt that lost its cell meanwhile writes no marker, and its
+    outcome says why (its receipt is its own; the queue already moved on).
+    """
+    try:
+        fence.check("DONE.json")
+    except Fenced as e:
+        print(f"sweepq: {e}", file=sys.stderr, flush=True)
+        return _judged(run if isinstance(run, Run) else None, raised=raised(e))
+    _write_done(spec, run, outcome)
+    return outcome
+
+
+def _write_done(spec: AttemptSpec, run: Run | program.ProgramRun | None, outcome: Outcome) -> None:
     paths = CellPaths(Path(spec.root), spec.cell)
     newest = run.newest_committed() if run is not None else None
     newest_step = newest[0] if newest else _newest_on_disk(paths)
@@ -171,12 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     spec = AttemptSpec.load(Path(argv[0]))
     die_with_parent(spec.worker_pid)
     # Before anything of the cell is touched: never a second writer.
-    if liveness.for_root(Path(spec.root)).inherit(spec.cell) is None:
+    owner = liveness.for_root(Path(spec.root)).inherit(spec.cell)
+    if owner is None:
         raise liveness.OwnershipLost(f"started without the ownership of cell {spec.cell} (only a worker starts this)")
+    fence = Fence(Path(spec.root), spec.cell, spec.attempt, owner)
     settings = Settings.from_json(spec.settings)
     paths = CellPaths(Path(spec.root), spec.cell)
     channel = Channel.from_env()
-    storage.for_cell(paths).clean_partial()
+    FencedStorage(storage.for_cell(paths), fence.check).clean_partial()
     started_here = time.monotonic()  # when the worker did not say when it started us
     gpus = gpus_seen()
     spec.fingerprints = {
@@ -194,11 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     run: Run | program.ProgramRun | None
     if settings.train:
-        outcome, run = run_train(spec, settings, channel)
+        outcome, run = run_train(spec, settings, channel, fence.check)
     else:
         outcome, run = program.run_program(spec, settings, channel)
     if outcome.reason == Reason.COMPLETED:
-        finish_done(spec, run, outcome)
+        outcome = finish_done(spec, run, outcome, fence)
     rss, gpu_peak = peak_memory()
     outcome.pid = os.getpid()
     outcome.gpus = gpus

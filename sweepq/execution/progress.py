@@ -37,6 +37,7 @@ class Progress:
     newest_checkpoint: int | None = None  # committed by this attempt
     notes: list[str] = field(default_factory=list)
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    fenced: bool = False  # a flush found the attempt no longer current
 
     def take(self, msg: Message | Rejected) -> None:
         match msg:
@@ -95,8 +96,11 @@ class Progress:
             self.started = {}
 
     def flush(self, store: Store, paths: CellPaths, number: int) -> None:
-        """Everything reported since the last flush, in one transaction."""
+        """Everything reported since the last flush, in one transaction, fenced by the attempt number."""
         with store.batch():
+            if not store.is_current(paths.cell_id, number):
+                self._refuse(store, paths.cell_id, number)
+                return
             self.flush_started(store, paths.cell_id, number)
             self._flush_checkpoints(store, paths)
             for kind, detail in self.events:
@@ -106,6 +110,15 @@ class Progress:
             if self.dirty:
                 store.progress(paths.cell_id, number, **self.fields)
                 self.dirty = False
+
+    def _refuse(self, store: Store, cell: str, number: int) -> None:
+        """The attempt lost its cell: what it reported is dropped, and that is recorded once."""
+        dropped = len(self.checkpoints) + len(self.superseded) + len(self.corrupt) + len(self.events)
+        if dropped or self.dirty or not self.fenced:
+            store.add_event(cell, "fenced_write", {"attempt": number, "dropped": dropped})
+        self.fenced = True
+        self.started, self.checkpoints, self.superseded, self.corrupt, self.events = {}, [], [], [], []
+        self.dirty = False
 
     def _flush_checkpoints(self, store: Store, paths: CellPaths) -> None:
         for c in self.checkpoints:

@@ -28,6 +28,7 @@ import torch
 
 from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import serialize, snapshot, storage
+from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.checkpoint.image import Files
 from sweepq.execution import fingerprint, reporter, signals
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
@@ -44,7 +45,9 @@ LOG_INTERVAL = 0.25
 
 
 class Run:
-    def __init__(self, spec: AttemptSpec, channel: Channel | None = None) -> None:
+    def __init__(self, spec: AttemptSpec, channel: Channel | None = None, fence: FenceCheck | None = None) -> None:
+        """`fence` is asked before every change to the cell's checkpoints (a process started by a
+        worker always has one: queue/fence.py); without it, as in tests, nothing is fenced."""
         self._spec = spec
         self.cell: str = spec.cell
         self.cfg: dict[str, Any] = spec.cfg
@@ -61,7 +64,8 @@ class Run:
         self._overlap = self._policy.overlap
         self._writer = checkpoint.AsyncWriter()
         self._cadence = Cadence(self._policy, self._writer)
-        self._checkpoints = storage.for_cell(self.paths)
+        cell_storage = storage.for_cell(self.paths)
+        self._checkpoints = cell_storage if fence is None else FencedStorage(cell_storage, fence)
         self._committed = CommittedSet(self._checkpoints, self._channel)
         self._reporter: reporter.Reporter | None = None  # a program's (Run.from_env())
         self._state_ref: dict[str, Any] | None = None
@@ -216,11 +220,13 @@ class Run:
                 "(use Run.from_env(required=False) to run it on its own too)"
             )
         from sweepq.queue import liveness
+        from sweepq.queue.fence import Fence
 
         signals.install()
         spec = AttemptSpec.load(Path(path))
-        liveness.for_root(Path(spec.root)).inherit(spec.cell)  # never a second writer of this cell's checkpoints
-        run = cls(spec, Channel.from_env())
+        owner = liveness.for_root(Path(spec.root)).inherit(spec.cell)  # never a second writer of its checkpoints
+        fence = Fence(Path(spec.root), spec.cell, spec.attempt, owner).check if owner is not None else None
+        run = cls(spec, Channel.from_env(), fence)
         run._reporter = reporter.attach(run)
         Run._from_env = run  # type: ignore[attr-defined]
         return run

@@ -114,7 +114,7 @@ class Worker:
         if self.stopping:  # a signal arrived while starting it
             os.kill(self.child.pid, signal.SIGTERM)
         progress = Progress()
-        intent, status, rusage = self._watch(claim, settings, worker_end, progress, started)
+        intent, status, rusage = self._watch(claim, settings, worker_end, progress, started, owner)
         for msg in chan.receive(worker_end):
             progress.take(msg)
         worker_end.close()
@@ -171,7 +171,13 @@ class Worker:
             )
 
     def _watch(
-        self, claim: Claim, settings: Settings, sock: socket.socket, progress: Progress, started: float
+        self,
+        claim: Claim,
+        settings: Settings,
+        sock: socket.socket,
+        progress: Progress,
+        started: float,
+        owner: liveness.Ownership,
     ) -> tuple[Intent | None, int, Any]:
         """Relay messages until the child exits; returns (why we stopped it, wait status, rusage)."""
         assert self.child is not None and self.store is not None
@@ -195,6 +201,13 @@ class Worker:
                 progress.flush(self.store, CellPaths(self.root, claim.cell), claim.number)
                 if intent is None and self.store.cancel_requested(claim.cell):
                     intent = Intent.CANCEL
+                    os.kill(self.child.pid, signal.SIGTERM)
+                    sent_term_at = now
+                if intent is None and (progress.fenced or owner.lost()):
+                    # The cell went to another attempt (or its folder went away): its writes are
+                    # refused by the fence anyway; stop spending the machine on it.
+                    print(f"sweepq: stopping attempt {claim.number} of {claim.cell}: {_why_fenced(owner)}", flush=True)
+                    intent = Intent.STOP
                     os.kill(self.child.pid, signal.SIGTERM)
                     sent_term_at = now
             limit = settings.max_attempt_seconds
@@ -243,6 +256,10 @@ class Worker:
         if o.reason not in (Reason.COMPLETED, Reason.PREEMPTED) and not o.error_tail:
             o.error_tail = tail_file(paths.stderr(claim.number))
         return o
+
+
+def _why_fenced(owner: liveness.Ownership) -> str:
+    return owner.lost() or "the queue moved the cell to another attempt"
 
 
 def _receipt(paths: CellPaths, number: int) -> dict[str, Any] | None:

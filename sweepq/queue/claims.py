@@ -83,10 +83,22 @@ class StoreClaims(StoreBase):
         values = {k: v for k, v in fields.items() if k in allowed and v is not None}
         if not values:
             return
-        with self._write() as s:
+        with self._write() as s:  # an attempt already closed (reaped) takes nothing more
             s.execute(
-                update(AttemptRow).where(AttemptRow.cell_id == cell, AttemptRow.number == number).values(**values)
+                update(AttemptRow)
+                .where(AttemptRow.cell_id == cell, AttemptRow.number == number, AttemptRow.reason.is_(None))
+                .values(**values)
             )
+
+    def is_current(self, cell: str, number: int) -> bool:
+        """The fence (queue/fence.py): is attempt `number` still the cell's running attempt?
+
+        Asked inside a flush's `batch()`, it is decided in the write transaction
+        that the attempt's writes then join: nothing can move the cell in between.
+        """
+        with self._write() as s:
+            row = s.execute(select(CellRow.state, CellRow.attempts).where(CellRow.id == cell)).first()
+        return row is not None and row.attempts == number and row.state == CellState.RUNNING
 
     def progress(self, cell: str, number: int, **fields: Any) -> None:
         """The training stream, at most about once a second per running cell."""

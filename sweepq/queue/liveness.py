@@ -59,6 +59,15 @@ class Ownership(Protocol):
         """Drop this process's part; children it was handed to keep theirs. Idempotent."""
         ...
 
+    def lost(self) -> str | None:
+        """Why this process may no longer write the cell, or None while it still owns it.
+
+        Asked before every durable write of an attempt (queue/fence.py): an
+        ownership can be lost without its holder hearing of it (a folder moved
+        or removed under it, a lease that expired while the process was stopped).
+        """
+        ...
+
 
 class Liveness(Protocol):
     def take(self, cell: str) -> Ownership | None:
@@ -88,8 +97,9 @@ def for_root(root: Path) -> Liveness:
 
 
 class _LockOwnership:
-    def __init__(self, cell: str, fd: int, release: lock.CellLock | None) -> None:
+    def __init__(self, cell: str, path: Path, fd: int, release: lock.CellLock | None) -> None:
         self.cell = cell
+        self._path = path
         self._fd: int | None = fd
         self._lock = release  # None when inherited: the descriptor was not opened here
 
@@ -109,9 +119,19 @@ class _LockOwnership:
         elif fd is not None:
             os.close(fd)
 
+    def lost(self) -> str | None:
+        fd = self._fd
+        if fd is None:
+            return "its ownership was released"
+        if not lock.ensure_held(fd):
+            return "another process holds the cell's lock"
+        if not lock.names(fd, self._path):
+            return f"the cell folder {self._path} was moved, removed or replaced while it was locked"
+        return None
+
 
 class FileLockLiveness:
-    """Ownership is an exclusive flock on cells/<cell>/lock, passed on as a locked descriptor."""
+    """Ownership is an exclusive flock on the folder cells/<cell>/, passed on as a locked descriptor."""
 
     # What this process inherited, so that the attempt and the program it starts share one ownership.
     _inherited: ClassVar[dict[tuple[Path, str, int], _LockOwnership]] = {}
@@ -124,7 +144,7 @@ class FileLockLiveness:
         if not cell_lock.try_acquire():
             return None
         assert cell_lock.fd is not None
-        return _LockOwnership(cell, cell_lock.fd, cell_lock)
+        return _LockOwnership(cell, cell_lock.path, cell_lock.fd, cell_lock)
 
     def inherit(self, cell: str, environ: Mapping[str, str] | None = None) -> Ownership | None:
         raw = (os.environ if environ is None else environ).get(ENV_LOCK_FD)
@@ -134,9 +154,11 @@ class FileLockLiveness:
         known = self._inherited.get(key)
         if known is not None and known.held:
             return known
-        if not lock.ensure_held(key[2]):
-            raise OwnershipLost(f"the lock of cell {cell} handed to this process is held by another process")
-        owned = self._inherited[key] = _LockOwnership(cell, key[2], None)
+        owned = _LockOwnership(cell, self.paths.cell(cell).lock, key[2], None)
+        why = owned.lost()
+        if why is not None:
+            raise OwnershipLost(f"the lock of cell {cell} handed to this process is not held by it: {why}")
+        self._inherited[key] = owned
         return owned
 
     def owner_alive(self, cell: str) -> bool:

@@ -1,9 +1,17 @@
-"""The cell lock: a whole-file flock on cells/<cell>/lock, the proof that a cell's owner lives.
+"""The cell lock: an flock on the cell's folder itself, the proof that a cell's owner lives.
 
 The mechanism behind FileLockLiveness (liveness.py), which is what callers use.
 The lock sits on the open file description, so a descriptor passed to a child
 keeps it held while either process lives; it goes away with the last process
 that has it open, however that process ends (kill -9 and power loss included).
+
+The folder is locked rather than a file in it because a lock file can be
+deleted under its holder (a tmp cleaner, `find -delete`, a user tidying up):
+the next process would then lock a new file of the same name and believe the
+cell's owner dead. A folder that holds a cell's files cannot vanish that way.
+Whoever locks also checks that the path still names the locked folder
+(`names`), so a folder moved or removed and made again is never mistaken for
+the one that is locked.
 """
 
 from __future__ import annotations
@@ -15,16 +23,17 @@ from filelock import lock_descriptor
 
 
 class CellLock:
-    """A non-blocking exclusive lock on one file; `fd` can be passed to a child."""
+    """A non-blocking exclusive lock on one folder (made if missing); `fd` can be passed to a child."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fd: int | None = None
 
     def try_acquire(self) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        if lock_descriptor(fd, blocking=False):
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        # Locked, and still the folder the path names (not one moved away meanwhile).
+        if lock_descriptor(fd, blocking=False) and names(fd, self.path):
             self.fd = fd
             return True
         os.close(fd)
@@ -47,11 +56,11 @@ def is_held(path: Path) -> bool:
     """Does some process hold the lock? Creates nothing (read commands ask this).
 
     Found out by taking the lock and dropping it at once, through a read-only
-    descriptor (flock needs no write access).
+    descriptor (flock needs no write access, so a read-only root answers too).
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except (FileNotFoundError, NotADirectoryError):
         return False  # never locked: no attempt of this cell has started here
     try:
         return not lock_descriptor(fd, blocking=False)
@@ -65,3 +74,13 @@ def ensure_held(fd: int) -> bool:
     Locking again through the description that holds the lock succeeds at once.
     """
     return lock_descriptor(fd, blocking=False)
+
+
+def names(fd: int, path: Path) -> bool:
+    """Does `path` still name the file or folder open as `fd` (not moved, removed or replaced)?"""
+    try:
+        now = os.stat(path)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)

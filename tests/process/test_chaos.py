@@ -2,6 +2,9 @@
 
 Seeded (SWEEPQ_CHAOS_SEED, default 7) so that a failure replays. Kills land on
 the launch process, a worker, a training process, or the whole tree at once.
+Among the events are also a training process SIGSTOPped while another worker
+reaps and claims, and every lock-looking file deleted before another worker
+comes: neither may ever let two processes train one cell (the trainers check).
 """
 
 from __future__ import annotations
@@ -76,7 +79,10 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
         procs = tree(launch.pid)
         runners = [p for p in procs if _is(p, "sweepq.execution.attempt")]
         workers = [p for p in procs if _is(p, " worker ")]
-        victim_kind = rng.choice(["training", "training", "worker", "launch", "everything"])
+        victim_kind = rng.choice(["training", "training", "worker", "launch", "everything", "sigstop", "locks"])
+        if victim_kind in ("sigstop", "locks"):
+            kills.append(f"{victim_kind}:{_meddle(victim_kind, root, runners, rng)}")
+            continue
         if victim_kind == "training" and runners:
             victims = [rng.choice(runners)]
         elif victim_kind == "worker" and workers:
@@ -130,6 +136,32 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
     assert len(kills) >= 10
     resumed = [a for a in cli_json("attempts", "--root", str(root)) if a["start_step"] > 0]
     assert resumed, f"no kill landed mid-training ({kills}); the test proved nothing"
+
+
+def _meddle(kind: str, root: Path, runners: list[psutil.Process], rng: random.Random) -> int:
+    """Stop a trainer, or delete every lock-looking file, while another worker reaps and claims."""
+    stopped = [rng.choice(runners)] if kind == "sigstop" and runners else []
+    if kind == "locks":
+        for f in root.rglob("*lock*"):
+            if f.is_file():
+                f.unlink(missing_ok=True)
+    _signal(stopped, signal.SIGSTOP)
+    other = start("worker", "--root", str(root))
+    try:
+        time.sleep(rng.uniform(1.0, 3.0))  # its reap and claims happen meanwhile (or not: then nothing to check)
+    finally:
+        _signal(stopped, signal.SIGCONT)
+        other.send_signal(signal.SIGTERM)  # it leaves gracefully, as a preempted worker does
+        other.communicate(timeout=120)
+    return len(stopped)
+
+
+def _signal(procs: list[psutil.Process], sig: int) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
 
 
 def _training_or_ended(launch: subprocess.Popen[str]) -> bool:
