@@ -131,9 +131,14 @@ def load(storage: CheckpointStorage, step: int) -> Loaded:
             tensors.update(more)
         skeleton = json.loads(state_bytes)
         plain = serialize.unflatten(skeleton, tensors)
+        # The state is named entries, the RNG states among them one more: anything else is no state.
+        if not isinstance(plain, dict):
+            raise ValueError(f"{STATE} holds no named entries (found {type(plain).__name__})")
+        rng = plain.pop(serialize.RNG_KEY, None)
+        if rng is not None and not isinstance(rng, dict):
+            raise ValueError(f"{STATE} holds no named RNG states (found {type(rng).__name__})")
     except Exception as e:  # a verified file that still does not parse: written by a bug
         raise CheckpointCorrupt(where, f"verified but unreadable ({e.__class__.__name__}: {e})") from e
-    rng = plain.pop(serialize.RNG_KEY, None)
     return Loaded(int(m["step"]), where, m, msha, plain, rng)
 
 

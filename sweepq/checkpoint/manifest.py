@@ -23,6 +23,13 @@ and skipping a newer one would silently resume from an older step (or from
 0) and later delete it. A format bump adds the new version's reader to
 READERS and keeps the old ones, translating an old manifest into the current
 shape, so that old checkpoints keep loading.
+
+Shape. Whatever reader translated it, a manifest is then checked against the
+current shape (MANIFEST): every key a reader uses, with its type. A manifest
+that parses but does not have that shape (a key renamed by a flipped bit, a
+file entry that is not an object, a step that is not its folder's) is as
+corrupt as one that does not parse, and the error says what is wrong. DONE.json
+is checked the same way (marker.py), with the same small language (Field).
 """
 
 from __future__ import annotations
@@ -30,10 +37,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass, field
+from enum import Flag, auto
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sweepq.errors import SweepqError
+from sweepq.layout import MANIFEST_NAME
 
 FORMAT_PREFIX = "sweepq.checkpoint/"
 VERSION = 1
@@ -79,21 +89,173 @@ def tensor_files(files: dict[str, Any]) -> list[str] | None:
     return expected if sorted(shards) == expected else None
 
 
+# -- the shape of a JSON document ------------------------------------------------------
+
+
+class Kind(Flag):
+    """The JSON kinds a value may have; a field allows one or several (`Kind.STR | Kind.NULL`)."""
+
+    NULL = auto()
+    BOOL = auto()
+    INT = auto()
+    FLOAT = auto()
+    STR = auto()
+    LIST = auto()
+    OBJECT = auto()
+
+
+NUMBER = Kind.INT | Kind.FLOAT
+_NAMES = {
+    Kind.NULL: "null",
+    Kind.BOOL: "a boolean",
+    Kind.INT: "an integer",
+    Kind.FLOAT: "a decimal number",
+    Kind.STR: "a string",
+    Kind.LIST: "a list",
+    Kind.OBJECT: "an object",
+}
+
+
+def kind_of(value: Any) -> Kind:
+    if value is None:
+        return Kind.NULL
+    if isinstance(value, bool):  # before int: a bool is an int to Python, not to JSON
+        return Kind.BOOL
+    for python, kind in ((int, Kind.INT), (float, Kind.FLOAT), (str, Kind.STR), (list, Kind.LIST)):
+        if isinstance(value, python):
+            return kind
+    return Kind.OBJECT
+
+
+def describe(kinds: Kind) -> str:
+    """`Kind.INT | Kind.FLOAT | Kind.NULL` -> "a number or null"."""
+    names = [_NAMES[k] for k in kinds if k not in NUMBER | Kind.NULL]
+    if NUMBER in kinds:
+        names.insert(0, "a number")
+    elif Kind.INT in kinds or Kind.FLOAT in kinds:
+        names.insert(0, _NAMES[kinds & NUMBER])
+    return " or ".join(names + (["null"] if Kind.NULL in kinds else []))
+
+
+@dataclass(frozen=True)
+class Field:
+    """What one value of a document must be: its kinds, and for an object its fields or each value's shape."""
+
+    kinds: Kind
+    required: bool = False
+    inside: dict[str, Field] = field(default_factory=dict)  # the keys of an object this reader uses
+    each: Field | None = None  # the shape of every value of an object (a table keyed by name)
+
+
+def shape_error(value: Any, shape: Field, at: str = "") -> str | None:
+    """The first way `value` is not of `shape`, in words ("files['a'].size is missing"); None when it is.
+
+    Keys the shape does not name are allowed: a reader only answers for what it reads.
+    """
+    found = kind_of(value)
+    if found not in shape.kinds:
+        return f"{at or 'the document'} is not {describe(shape.kinds)} (it is {_NAMES[found]})"
+    if found is not Kind.OBJECT:
+        return None
+    prefix = f"{at}." if at else ""
+    for key, sub in shape.inside.items():
+        if key not in value:
+            if sub.required:
+                return f"{prefix}{key} is missing"
+            continue
+        wrong = shape_error(value[key], sub, prefix + key)
+        if wrong:
+            return wrong
+    if shape.each is not None:
+        for key, item in value.items():
+            wrong = shape_error(item, shape.each, f"{at}[{_short(key)!r}]")
+            if wrong:
+                return wrong
+    return None
+
+
+def _short(key: str) -> str:
+    return key if len(key) <= 60 else key[:57] + "..."
+
+
+# -- the current manifest ------------------------------------------------------------
+
+MANIFEST = Field(
+    Kind.OBJECT,
+    inside={
+        "step": Field(Kind.INT, required=True),
+        "files": Field(
+            Kind.OBJECT,
+            required=True,
+            each=Field(
+                Kind.OBJECT,
+                inside={"sha256": Field(Kind.STR, required=True), "size": Field(Kind.INT, required=True)},
+            ),
+        ),
+        "created_at": Field(Kind.STR),
+        "epoch": Field(NUMBER | Kind.NULL),
+        "metrics": Field(Kind.OBJECT | Kind.NULL),
+        "attempt": Field(Kind.INT | Kind.NULL),
+        "best": Field(
+            Kind.OBJECT | Kind.NULL,
+            inside={"value": Field(NUMBER | Kind.NULL), "step": Field(Kind.INT | Kind.NULL)},
+        ),
+        "fingerprints": Field(
+            Kind.OBJECT | Kind.NULL,
+            inside={
+                "code": Field(
+                    Kind.OBJECT | Kind.NULL,
+                    inside={"git": Field(Kind.OBJECT | Kind.NULL, inside={"commit": Field(Kind.STR | Kind.NULL)})},
+                ),
+                "data": Field(Kind.OBJECT | Kind.NULL),
+            },
+        ),
+    },
+)
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def check(where: Path, m: Any, step: int | None = None) -> dict[str, Any]:
+    """`m` when it is a manifest of the current shape (of checkpoint `step`, when given); else CheckpointCorrupt."""
+    why = shape_error(m, MANIFEST) or _value_error(m, step)
+    if why:
+        raise CheckpointCorrupt(where, f"{MANIFEST_NAME}: {why}")
+    return m
+
+
+def _value_error(m: dict[str, Any], step: int | None) -> str | None:
+    if m["step"] < 0:
+        return f"step is negative ({m['step']})"
+    if step is not None and m["step"] != step:
+        return f"step is {m['step']}, but the checkpoint is step {step}"
+    for name, entry in m["files"].items():
+        if not _is_file_name(name):
+            return f"files[{_short(name)!r}] is not the name of a checkpoint file"
+        if not _SHA256.fullmatch(entry["sha256"]):
+            return f"files[{_short(name)!r}].sha256 is not a sha256 digest (64 hex digits)"
+        if entry["size"] < 0:
+            return f"files[{_short(name)!r}].size is negative"
+    return None
+
+
+def _is_file_name(name: str) -> bool:
+    """A plain name inside the checkpoint's folder: never a path that reads elsewhere, never the manifest."""
+    return name not in ("", ".", "..", MANIFEST_NAME) and PurePosixPath(name).name == name and "\\" not in name
+
+
 # -- reading a manifest, by format version ------------------------------------------
 
 Reader = Callable[[Path, dict[str, Any]], dict[str, Any]]
 
 
 def _read_v1(where: Path, m: dict[str, Any]) -> dict[str, Any]:
-    if not isinstance(m.get("files"), dict):
-        raise CheckpointCorrupt(where, "manifest is not a sweepq checkpoint manifest")
-    return m
+    return m  # the current shape: check() below is all it takes
 
 
-# version -> a function that checks a manifest of that version and returns it
-# in the current shape (what commit.py, retention and the reaper read). The
-# newest entry is VERSION; older ones stay for as long as their checkpoints
-# may be around.
+# version -> a function that returns a manifest of that version in the current
+# shape (what commit.py, retention and the reaper read), which parse() then
+# checks. The newest entry is VERSION; older ones stay for as long as their
+# checkpoints may be around.
 READERS: dict[int, Reader] = {1: _read_v1}
 
 
@@ -103,14 +265,14 @@ def format_version(fmt: Any) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def parse(raw: bytes, where: Path) -> dict[str, Any]:
+def parse(raw: bytes, where: Path, step: int | None = None) -> dict[str, Any]:
     """A manifest's bytes as the current format's manifest; raises CheckpointCorrupt or CheckpointTooNew.
 
-    `where` names the checkpoint in errors.
+    `where` names the checkpoint in errors; `step`, when given, is the step it must say it is.
     """
     try:
         m = json.loads(raw)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
         raise CheckpointCorrupt(where, f"manifest unreadable ({e.__class__.__name__}: {e})") from e
     version = format_version(m.get("format")) if isinstance(m, dict) else None
     if version is None:
@@ -121,4 +283,8 @@ def parse(raw: bytes, where: Path) -> dict[str, Any]:
     reader = READERS.get(version)
     if reader is None:  # an old version no longer read: as unusable as a damaged one
         raise CheckpointCorrupt(where, f"manifest format {version} is no longer read by this sweepq")
-    return reader(where, m)
+    try:
+        translated = reader(where, m)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:  # an old shape, damaged
+        raise CheckpointCorrupt(where, f"manifest format {version} unreadable ({e.__class__.__name__}: {e})") from e
+    return check(where, translated, step)

@@ -43,6 +43,6 @@ def rollback_limit(steps: Iterable[int], nan_step: int | None) -> int | None:
 def _finite(v: Any) -> bool:
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too large for a float
         return False
     return f == f and f not in (float("inf"), float("-inf"))

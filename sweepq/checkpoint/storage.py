@@ -71,7 +71,9 @@ class CheckpointStorage(Protocol):
     def read_manifest(self, step: int) -> tuple[dict[str, Any], str]:
         """(the manifest in the current format, the sha256 of its bytes).
 
-        Raises CheckpointCorrupt, or CheckpointTooNew for a newer sweepq's checkpoint.
+        The manifest has the current shape and says it is `step` (manifest.parse
+        checks both). Raises CheckpointCorrupt, or CheckpointTooNew for a newer
+        sweepq's checkpoint.
         """
         ...
 
@@ -115,10 +117,12 @@ def verify(storage: CheckpointStorage, step: int) -> dict[str, Any]:
     return m
 
 
-def committed_manifests(storage: CheckpointStorage) -> dict[int, dict[str, Any]]:
+def committed_manifests(storage: CheckpointStorage, damaged: dict[int, str] | None = None) -> dict[int, dict[str, Any]]:
     """step -> manifest for every committed checkpoint whose manifest reads (no hashing).
 
-    A newer sweepq's checkpoint is left out too: its manifest cannot be
+    A damaged manifest (CheckpointCorrupt) is left out, and its step -> why
+    put in `damaged` when given: moving it aside is for the cell's owner. A
+    newer sweepq's checkpoint is left out too: its manifest cannot be
     interpreted, so retention never counts (or deletes) it, and the resume
     that meets it fails (commit.load_newest).
     """
@@ -126,7 +130,10 @@ def committed_manifests(storage: CheckpointStorage) -> dict[int, dict[str, Any]]
     for step in storage.steps():
         try:
             out[step], _ = storage.read_manifest(step)
-        except (CheckpointCorrupt, CheckpointTooNew):
+        except CheckpointCorrupt as e:
+            if damaged is not None:
+                damaged[step] = e.why
+        except CheckpointTooNew:
             continue
     return out
 
@@ -149,7 +156,7 @@ class LocalFolder:
             raw = (where / MANIFEST_NAME).read_bytes()
         except OSError as e:
             raise CheckpointCorrupt(where, f"manifest unreadable ({e.__class__.__name__}: {e})") from e
-        return manifest.parse(raw, where), hashlib.sha256(raw).hexdigest()
+        return manifest.parse(raw, where, step), hashlib.sha256(raw).hexdigest()
 
     def read(self, step: int, name: str, entry: dict[str, Any]) -> bytes:
         where = self.location(step)

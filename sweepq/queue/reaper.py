@@ -10,10 +10,9 @@ with a dead process cost nothing.
 
 from __future__ import annotations
 
-import hashlib
-
 from sweepq.atomic import read_json
 from sweepq.checkpoint import marker, storage
+from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
 from sweepq.evidence import Evidence, Witness
 from sweepq.layout import CellPaths
 from sweepq.outcome import account_of, decide
@@ -23,28 +22,52 @@ from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import CheckpointState, Store
 
 
-def sync_checkpoints(store: Store, cell: str) -> None:
-    """Make the database's checkpoint rows agree with the committed folders on disk."""
+def sync_checkpoints(store: Store, cell: str, owner: bool = True) -> None:
+    """Make the database's checkpoint rows agree with the committed folders on disk.
+
+    A committed folder whose manifest is damaged is corrupt: the cell's owner
+    (`owner`: the caller holds the cell's ownership) moves it aside and records
+    why, as a training process does when its restore meets one; anyone else
+    leaves it, and its row, to the owner.
+    """
     paths = CellPaths(store.root, cell)
-    on_disk = storage.committed_manifests(storage.for_cell(paths))
+    checkpoints = storage.for_cell(paths)
     known = {c.step: c for c in store.checkpoints(cell) if c.state != CheckpointState.CORRUPT}
-    for step, m in on_disk.items():
+    present = checkpoints.steps()
+    for step in present:
+        try:
+            m, sha = checkpoints.read_manifest(step)
+        except CheckpointTooNew:
+            continue  # a newer sweepq's: neither mirrored nor touched
+        except CheckpointCorrupt as e:
+            if owner:
+                _quarantine(store, paths, checkpoints, step, e.why)
+            continue
         row = known.get(step)
         if row is not None and row.state == CheckpointState.COMMITTED and row.manifest_sha256:
             continue
-        mpath = paths.manifest(step)
         store.record_checkpoint(
             cell,
             step,
-            path=(paths.checkpoint(step)).relative_to(store.root).as_posix(),
+            path=paths.checkpoint(step).relative_to(store.root).as_posix(),
             epoch=m.get("epoch"),
             metrics=m.get("metrics") or {},
-            manifest_sha256=hashlib.sha256(mpath.read_bytes()).hexdigest(),
+            manifest_sha256=sha,
             attempt=m.get("attempt"),
-            size_bytes=sum(int(f.get("size", 0)) for f in m["files"].values()),
+            size_bytes=sum(f["size"] for f in m["files"].values()),
         )
-    gone = [s for s, c in known.items() if c.state == CheckpointState.COMMITTED and s not in on_disk]
+    gone = [s for s, c in known.items() if c.state == CheckpointState.COMMITTED and s not in present]
     store.set_checkpoint_state(cell, gone, CheckpointState.SUPERSEDED, note="no longer on disk")
+
+
+def _quarantine(store: Store, paths: CellPaths, checkpoints: storage.CheckpointStorage, step: int, why: str) -> None:
+    try:
+        moved = checkpoints.quarantine(step)
+    except FileNotFoundError:
+        return  # gone meanwhile: nothing left to move aside
+    path = paths.from_root(paths.relative(moved))
+    store.record_checkpoint(paths.cell_id, step, path=path, state=CheckpointState.CORRUPT, note=why)
+    store.add_event(paths.cell_id, "checkpoint_corrupt", {"step": step, "why": why})
 
 
 def finish_attempt(store: Store, cell: str, number: int, outcome: Outcome) -> CellState | None:
@@ -113,12 +136,12 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
             continue
         paths = CellPaths(store.root, rec.id)
         if rec.state is CellState.DONE:
-            missing = not paths.done.exists() or marker.read_done(paths) is None
-            if missing and store.requeue_missing_marker(rec.id, "DONE.json is missing or unreadable"):
-                changes.append((rec.id, "requeued: DONE.json missing"))
+            _, why = marker.load_done(paths)  # no marker (or none of its shape): not done, trained as if new
+            if why is not None and store.requeue_missing_marker(rec.id, why):
+                changes.append((rec.id, f"requeued: {why}"))
             continue
         done, _ = marker.verify_done(paths, rec.cfg_hash)
         if done is not None and store.repair_done(rec.id, done):
-            sync_checkpoints(store, rec.id)
+            sync_checkpoints(store, rec.id, owner=False)  # not taken: a damaged checkpoint is left as it is
             changes.append((rec.id, "done: repaired from DONE.json"))
     return changes
