@@ -71,7 +71,8 @@ def _quarantine(store: Store, paths: CellPaths, checkpoints: storage.CheckpointS
 
 
 def finish_attempt(store: Store, cell: str, number: int, outcome: Outcome) -> CellState | None:
-    sync_checkpoints(store, cell)
+    # Fenced: an attempt the queue already moved past touches none of the cell's checkpoints.
+    sync_checkpoints(store, cell, owner=store.is_current(cell, number))
     return store.finish(cell, number, outcome)
 
 
