@@ -19,7 +19,7 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweepq.atomic import atomic_write_bytes, atomic_write_json
@@ -106,14 +106,20 @@ def program_env(spec: AttemptSpec, paths: CellPaths) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Launch:
-    """How to start the program of one attempt."""
+    """How to start the program of one attempt.
 
-    argv: list[str]  # the command, as rendered (for people: shell_join)
+    `argv` is the command as sweepq prints it (stdout.log, messages): every
+    `${envvar:NAME}` value is `***`. The real values live only in memory, in
+    `exec_argv`, on their way to the program.
+    """
+
+    argv: list[str]  # the command as shown (for people: shell_join)
     env: dict[str, str]
     fds: tuple[int, ...]  # the descriptors it inherits
+    exec_argv: list[str] = field(repr=False, default_factory=list)  # the command as the program gets it
 
     def popen_argv(self) -> list[str]:
-        return launcher_argv(self.argv)
+        return launcher_argv(self.exec_argv)
 
 
 def prepare(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> Launch:
@@ -129,6 +135,7 @@ def prepare(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> Launch:
     atomic_write_bytes(args_file, args_json(spec.cfg).encode())
     paths.outcome(spec.attempt).unlink(missing_ok=True)
     argv = render_command(settings, spec.cfg, args_json_file=str(args_file), environ=os.environ)
+    shown = render_command(settings, spec.cfg, args_json_file=str(args_file), environ=os.environ, shown=True)
     env = dict(os.environ)
     env.update(program_env(spec, paths))
     # `python` in a command is the interpreter sweepq runs under (as in an activated venv).
@@ -141,7 +148,7 @@ def prepare(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> Launch:
     handoff = owner.handoff() if owner is not None else liveness.Handoff()
     env.update(handoff.env)
     fds = handoff.fds + tuple(int(env[k]) for k in (ENV_CHANNEL_FD,) if env.get(k))
-    return Launch(argv, env, fds)
+    return Launch(shown, env, fds, exec_argv=argv)
 
 
 def launcher_argv(argv: list[str]) -> list[str]:

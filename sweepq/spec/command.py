@@ -43,6 +43,9 @@ MACROS = ARGS_MACROS | {"env", "interpreter", "program"}
 
 ENV_BINARY = "/usr/bin/env"
 
+#: What an `${envvar:NAME}` value is shown as wherever sweepq prints or stores a command.
+SECRET = "***"
+
 _MACRO = re.compile(r"\$\{([^}]*)\}")
 _ENVVAR = re.compile(r"envvar:([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -101,12 +104,15 @@ def render_command(
     *,
     args_json_file: str,
     environ: Mapping[str, str],
+    shown: bool = False,
 ) -> list[str]:
     """The argv of one cell: the sweep's command template with its macros expanded.
 
     `args_json_file` is the path `${args_json_file}` stands for (the caller writes
-    `args_json(cfg)` there). Raises SpecError for an unset `${envvar:NAME}`, a
-    `${program}` without a program, or an invalid template.
+    `args_json(cfg)` there). `shown`: the command as sweepq may print or store it,
+    every `${envvar:NAME}` value replaced by SECRET (a token, a password): the real
+    values go only to the program. Raises SpecError for an unset `${envvar:NAME}`,
+    a `${program}` without a program, or an invalid template.
     """
     tokens = list(settings.command) if settings.command is not None else list(DEFAULT_COMMAND)
     problems = check_command(tokens)
@@ -119,7 +125,7 @@ def render_command(
         if name is not None and name in MACROS:
             argv.extend(_expand(name, settings, cfg, args_json_file))
         else:
-            argv.append(_substitute_envvars(token, environ, settings.name))
+            argv.append(_substitute_envvars(token, environ, settings.name, shown))
     return argv
 
 
@@ -148,7 +154,7 @@ def _expand(name: str, settings: Settings, cfg: Mapping[str, Any], args_json_fil
     return _FLAG_STYLES[name](items)
 
 
-def _substitute_envvars(token: str, environ: Mapping[str, str], sweep_name: str) -> str:
+def _substitute_envvars(token: str, environ: Mapping[str, str], sweep_name: str, shown: bool) -> str:
     def value_of(match: re.Match[str]) -> str:
         variable = _ENVVAR.fullmatch(match.group(1)).group(1)  # type: ignore[union-attr]
         if variable not in environ:
@@ -157,7 +163,7 @@ def _substitute_envvars(token: str, environ: Mapping[str, str], sweep_name: str)
                 f"variable {variable} is not set. Set it where the sweep is launched (export "
                 f"{variable}=...) or remove it from the command."
             )
-        return environ[variable]
+        return SECRET if shown else environ[variable]
 
     return _MACRO.sub(value_of, token)
 
@@ -232,6 +238,7 @@ __all__ = [
     "DEFAULT_COMMAND",
     "ENV_BINARY",
     "MACROS",
+    "SECRET",
     "CommandProblem",
     "args_items",
     "args_json",

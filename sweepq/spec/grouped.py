@@ -26,6 +26,7 @@ from typing import Any
 
 from sweepq.errors import SpecError
 from sweepq.spec.grouped_settings import grouped_settings
+from sweepq.spec.limits import count_values, expansion_problem
 from sweepq.spec.read import (
     GROUP_NAME,
     Path_,
@@ -33,6 +34,8 @@ from sweepq.spec.read import (
     build_cells,
     check_json_value,
     check_keys,
+    check_name,
+    check_no_nul,
     describe,
     group_name_for,
     lazy_product,
@@ -41,6 +44,7 @@ from sweepq.spec.read import (
     read_int,
     require_mapping,
     show_value,
+    sweep_name,
     value_identity,
 )
 from sweepq.spec.types import DEFAULT_MAX_CELLS, GroupSpec, Sweep
@@ -93,6 +97,11 @@ class _Group:
     def size(self) -> int:
         return math.prod(len(axis.values) for axis in self.axes)
 
+    def values_per_cell(self) -> int:
+        """The most values one cell's cfg takes from this group (its params, its largest grid values)."""
+        params = sum(count_values(leaf.value) for leaf in self.params.values())
+        return params + sum(max(count_values(value) for value in axis.values) for axis in self.axes)
+
     def cfgs(self, sweep_params: Mapping[Path_, _Leaf]) -> Iterator[dict[str, Any]]:
         """Sweep params, then group params, then each grid combination, per path."""
         base = {path: leaf.value for path, leaf in sweep_params.items()}
@@ -110,14 +119,16 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
             "a top-level `grid:` and `groups:` can't be used together",
             "Move the grid into a group (groups: [{name: main, grid: {...}}]) or remove `groups:`",
         )
-    written_name = optional_str(ctx, data, "name")
+    written_name = sweep_name(ctx, data)
     settings = grouped_settings(ctx, data, written_name or ctx.path.stem)
     max_cells = read_int(ctx, data.get("max_cells", DEFAULT_MAX_CELLS), "max_cells", minimum=1)
     sweep_params = _read_params(ctx, data.get("params"), "params")
     groups = _read_groups(ctx, data, written_name, sweep_params)
     _check_cell_count(ctx, groups, max_cells)
+    _check_values(ctx, groups, sweep_params)
     cells = build_cells(ctx, [(group.spec, group.cfgs(sweep_params)) for group in groups])
     root = optional_str(ctx, data, "root")
+    check_no_nul(ctx, root, "root")
     return Sweep(
         path=ctx.path,
         settings=settings,
@@ -140,6 +151,16 @@ def _check_cell_count(ctx: SpecContext, groups: list[_Group], max_cells: int) ->
             f"the sweep expands to {total:,} cells{sizes}, more than max_cells ({max_cells:,})",
             f"Shrink the grids, or raise the limit if you mean it: max_cells: {total}",
         )
+
+
+def _check_values(ctx: SpecContext, groups: list[_Group], sweep_params: Mapping[Path_, _Leaf]) -> None:
+    """Refuse cfgs too large to build (shared values are copied into every cell)."""
+    shared = sum(count_values(leaf.value) for leaf in sweep_params.values())
+    per_cell = [shared + group.values_per_cell() for group in groups]
+    total = sum(group.size * size for group, size in zip(groups, per_cell, strict=True))
+    problem = expansion_problem(sum(group.size for group in groups), total, max(per_cell, default=0))
+    if problem is not None:
+        raise ctx.error("", *problem)
 
 
 class _PathTable:
@@ -189,6 +210,7 @@ def _key_path(ctx: SpecContext, key: Any, where: str) -> Path_:
             "Parameter names are strings: quote it or rename it",
         )
     parts = tuple(key.split("."))
+    check_name(ctx, key, where, "parameter name")
     if any(not part.strip() for part in parts):
         raise ctx.error(
             f"{where}.{key}",

@@ -13,6 +13,7 @@ from typing import Any
 from sweepq.spec.read import (
     SpecContext,
     check_keys,
+    check_no_nul,
     describe,
     optional_str,
     read_command,
@@ -87,6 +88,8 @@ def _read_entry_point(ctx: SpecContext, data: dict) -> tuple[str | None, str | N
         raise ctx.error("program", "is empty", "Write the script to run, e.g. program: train.py")
     command = read_command(ctx, data["command"], numbers_as_text=False) if "command" in data else None
     interpreter = optional_str(ctx, data, "interpreter") or "python"
+    check_no_nul(ctx, program, "program")
+    check_no_nul(ctx, interpreter, "interpreter")
     return None, program, command, interpreter
 
 
@@ -187,4 +190,6 @@ def _read_data(ctx: SpecContext, value: Any) -> list[str]:
             f"expected a path or a list of paths, got {describe(value)}",
             "Write data: [data/train, data/val]",
         )
+    for item in items:
+        check_no_nul(ctx, item, "data")
     return [ctx.resolve(item) for item in items]

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +29,8 @@ from sweepq.spec.types import CellSpec, GroupSpec, cfg_hash
 
 Path_ = tuple[str, ...]  # a parameter's path in the nested cfg: ("optim", "lr")
 
-GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+# \Z, not $: `$` also matches before a final newline, which would let "q1\n" through.
+GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
 
 
 class SpecContext:
@@ -42,8 +44,8 @@ class SpecContext:
         self.warnings: list[str] = []
 
     def error(self, where: str, problem: str, fix: str) -> SpecError:
-        """A SpecError worded `file: key.path: problem. Fix.`"""
-        location = f"{self.filename}: {where}" if where else self.filename
+        """A SpecError worded `file: key.path: problem. Fix.` (one line: a key's control characters escaped)."""
+        location = f"{self.filename}: {_escaped(where)}" if where else self.filename
         return SpecError(f"{location}: {problem}. {_sentence(fix)}")
 
     def warn(self, where: str, text: str) -> None:
@@ -64,6 +66,10 @@ class SpecContext:
                     f"a dot and a signed exponent in a float. Write {_as_number(text)} for a number, "
                     f"or quote it ('{text}') to keep the string",
                 )
+
+
+def _escaped(text: str) -> str:
+    return "".join(repr(char)[1:-1] if unicodedata.category(char) in _UNPRINTABLE else char for char in text)
 
 
 def _sentence(text: str) -> str:
@@ -150,6 +156,42 @@ def optional_str(ctx: SpecContext, data: Mapping[str, Any], key: str, where: str
     return value
 
 
+# Control characters and line or paragraph separators: a name holding one breaks
+# every line it is printed on (tables, logs, messages) and can fake other lines.
+_UNPRINTABLE = frozenset({"Cc", "Zl", "Zp"})
+
+
+def control_character(text: str) -> str | None:
+    """The first control character (or line separator) in `text`, None when there is none."""
+    return next((char for char in text if unicodedata.category(char) in _UNPRINTABLE), None)
+
+
+def check_name(ctx: SpecContext, name: str, where: str, what: str) -> None:
+    """Refuse a name (of the sweep, a group, a parameter) holding a control character or a newline."""
+    char = control_character(name)
+    if char is not None:
+        raise ctx.error(
+            where,
+            f"the {what} {_clip(repr(name))} contains the control character {char!r}, which would break every "
+            "line it is printed on",
+            "Remove it (a name is letters, digits and punctuation on one line)",
+        )
+
+
+def sweep_name(ctx: SpecContext, data: Mapping[str, Any]) -> str | None:
+    """`name:` as written (None when absent), refused when it holds a control character."""
+    name = optional_str(ctx, data, "name")
+    if name is not None:
+        check_name(ctx, name, "name", "sweep name")
+    return name
+
+
+def check_no_nul(ctx: SpecContext, text: str | None, where: str) -> None:
+    """Refuse a path or command word holding a NUL byte, which no file name or argument can hold."""
+    if text is not None and "\0" in text:
+        raise ctx.error(where, f"{_clip(repr(text))} contains a NUL byte, which no file name can hold", "Remove it")
+
+
 def check_json_value(ctx: SpecContext, value: Any, where: str) -> None:
     """Refuse values a cfg can't hold: cfgs are JSON (stored, hashed, passed on)."""
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -166,6 +208,7 @@ def check_json_value(ctx: SpecContext, value: Any, where: str) -> None:
                     f"the key {key!r} inside {describe(value)} is not a string, and cfgs are JSON",
                     f"Quote the key: '{key}'",
                 )
+            check_name(ctx, key, where, "key")
             check_json_value(ctx, item, where)
         return
     raise ctx.error(

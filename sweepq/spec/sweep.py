@@ -13,6 +13,8 @@ is split by concept:
     sweepq.spec.grouped          the grouped form; its run settings in sweepq.spec.grouped_settings
     sweepq.spec.wandb            the W&B form
     sweepq.spec.yamlload         YAML 1.1 loading, duplicate keys refused
+    sweepq.spec.limits           how much of a file is read (size, values, depth, numbers)
+    sweepq.spec.preflight        what the machine must allow: root, program, command lines
 
 Public surface (other modules rely on exactly these names):
 
@@ -39,6 +41,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from sweepq.errors import SpecError, UsageError
 from sweepq.spec.grouped import parse_grouped
+from sweepq.spec.limits import max_bytes
 from sweepq.spec.read import SpecContext, describe
 from sweepq.spec.types import (
     DEFAULT_BACKOFF_MAX_SECONDS,
@@ -55,7 +58,7 @@ from sweepq.spec.types import (
     cfg_hash,
 )
 from sweepq.spec.wandb import parse_wandb
-from sweepq.spec.yamlload import load_yaml
+from sweepq.spec.yamlload import check_size, load_yaml
 
 __all__ = [
     "DEFAULT_BACKOFF_MAX_SECONDS",
@@ -81,12 +84,23 @@ __all__ = [
 def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     """Read, validate and expand the sweep file at `path` (raises SpecError)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_bounded(Path(path), str(path)).decode("utf-8")
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file (it is not UTF-8). Save the sweep file as UTF-8 YAML.") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read the sweep file ({exc.strerror or exc}). Check the path.") from None
     return parse_sweep(text, path)
+
+
+def _read_bounded(path: Path, name: str) -> bytes:
+    """The file's bytes, refused by its size before it is read (and read no further than the limit,
+    for a file whose size says nothing, like a pipe or /dev/zero)."""
+    limit = max_bytes()
+    with path.open("rb") as file:
+        check_size(name, os.fstat(file.fileno()).st_size)
+        data = file.read(limit + 1)
+    check_size(name, len(data), at_least=True)
+    return data
 
 
 def parse_sweep(text: str, path: str | os.PathLike[str]) -> Sweep:

@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sweepq.spec.command import DEFAULT_COMMAND
+from sweepq.spec.limits import count_values, expansion_problem
 from sweepq.spec.read import (
     SpecContext,
     build_cells,
     check_keys,
+    check_no_nul,
     describe,
     group_name_for,
     is_int,
@@ -44,6 +46,7 @@ from sweepq.spec.read import (
     read_command,
     read_goal,
     require_mapping,
+    sweep_name,
 )
 from sweepq.spec.types import DEFAULT_MAX_CELLS, GroupSpec, Metric, Settings, Sweep
 from sweepq.spec.wandb_params import WandbParameter, read_parameters
@@ -86,9 +89,10 @@ def parse_wandb(ctx: SpecContext, data: dict) -> Sweep:
     """Validate and expand a W&B sweep file already loaded as `data`."""
     _check_top_level_keys(ctx, data)
     _check_method(ctx, data["method"])
-    written_name = optional_str(ctx, data, "name")
+    written_name = sweep_name(ctx, data)
     command = read_command(ctx, data["command"], numbers_as_text=True) if "command" in data else None
     program = optional_str(ctx, data, "program")
+    check_no_nul(ctx, program, "program")
     if program is None and "${program}" in (command or DEFAULT_COMMAND):
         raise ctx.error(
             "program",
@@ -189,7 +193,17 @@ def expand(ctx: SpecContext, parameters: list[WandbParameter], run_cap: int | No
             f"the grid has {kept:,} cells, more than sweepq's limit of {DEFAULT_MAX_CELLS:,}",
             f"Shrink the grid, or set run_cap: {DEFAULT_MAX_CELLS} to run its first cells",
         )
+    constants = sum(count_values(parameter.constant) for parameter in parameters if not parameter.varies)
+    most = constants + sum(_most_values(parameter.values or ()) for parameter in varying)
+    problem = expansion_problem(kept, kept * most, most)
+    if problem is not None:
+        raise ctx.error("parameters", *problem)
     return itertools.islice(_combinations(parameters, varying), kept)
+
+
+def _most_values(values: Sequence[Any]) -> int:
+    """The most values one of `values` holds (an int_uniform range holds whole numbers only)."""
+    return 1 if isinstance(values, range) else max(count_values(value) for value in values)
 
 
 def _combinations(parameters: list[WandbParameter], varying: list[WandbParameter]) -> Iterator[dict[str, Any]]:

@@ -44,7 +44,7 @@ NON_GRID_DISTRIBUTIONS = (
 _SAMPLING_KEYS = ("probabilities", "mu", "sigma", "q", "a", "b")
 _PARAMETER_KEYS = ("distribution", "values", "value", "min", "max")
 # W&B's schema for parameter names (propertyNames in its sweep config schema).
-PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*\Z")  # \Z: `$` would allow a final newline
 
 
 @dataclass(frozen=True)
