@@ -43,6 +43,7 @@ class Kind(StrEnum):
     DATA_ERROR = "data_error"  # sweepq.DataError
     MEMORY_ERROR = "memory_error"  # MemoryError
     CUDA_OOM = "cuda_oom"  # torch.cuda.OutOfMemoryError (a RuntimeError, not a MemoryError)
+    DISK_FULL = "disk_full"  # an OSError ENOSPC, EDQUOT or EROFS, itself or as a cause or context
     OTHER = "other"
 
 
@@ -54,6 +55,7 @@ class Raised:
     name: str  # its type's name
     tail: str  # the end of its traceback
     step: int | None = None  # a NonFiniteLoss's step
+    disk: str | None = None  # DISK_FULL: "disk full on <file system> (<mount point>, <free> free)"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from sweepq.queue.states import Reason
 #: Exit code of a process that stopped early and wants to be run again (EX_TEMPFAIL).
 EXIT_PREEMPTED = 75
 #: The training code's own failures: what a program may report, besides completed and preempted.
-FAILURES = frozenset({Reason.ERROR, Reason.DATA_ERROR, Reason.OOM, Reason.NAN})
+FAILURES = frozenset({Reason.ERROR, Reason.DATA_ERROR, Reason.OOM, Reason.NAN, Reason.DISK_FULL})
 REPORTABLE = FAILURES | {Reason.COMPLETED, Reason.PREEMPTED}
 
 
@@ -83,7 +83,8 @@ def _only(*witnesses: Witness) -> frozenset[Witness]:
 # -- training code: how train(cfg, run), or a program's own Run, ended ------------------------------
 
 _CODE = _only(Witness.TRAINING, Witness.PROGRAM_RUN)
-_UNSTOPPABLE = (Kind.NON_FINITE_LOSS, Kind.DATA_ERROR, Kind.MEMORY_ERROR)  # their reason even while stopping
+# Their reason even while stopping (a full disk: the emergency checkpoint was not written).
+_UNSTOPPABLE = (Kind.NON_FINITE_LOSS, Kind.DATA_ERROR, Kind.MEMORY_ERROR, Kind.DISK_FULL)
 
 
 def _raised(e: Evidence, *kinds: Kind) -> bool:
@@ -110,6 +111,11 @@ def _nan(e: Evidence) -> Outcome:
 def _oom_raised(e: Evidence) -> Outcome:
     name = e.raised.name if e.raised is not None else "an exception"
     return Outcome(Reason.OOM, error_tail=_tail(e), note=f"{name} raised in the training process")
+
+
+def _disk_full(e: Evidence) -> Outcome:
+    words = e.raised.disk if e.raised is not None else None
+    return Outcome(Reason.DISK_FULL, error_tail=_tail(e), note=words or "disk full")
 
 
 def _finished_early(e: Evidence) -> Outcome:
@@ -143,6 +149,8 @@ _TRAIN, _RUN = _only(Witness.TRAINING), _only(Witness.PROGRAM_RUN)
 TRAINING_RULES = (
     Rule("raised while stopping (not NaN, DataError, MemoryError)", _CODE, _while_stopping, _raised_while_stopping),
     Rule("raised NonFiniteLoss, or after a non-finite loss", _CODE, _raised_nan, _nan),
+    Rule("raised on a full or read-only disk (ENOSPC, EDQUOT, EROFS)", _CODE,
+         lambda e: _raised(e, Kind.DISK_FULL), _disk_full),
     Rule("raised DataError", _CODE,
          lambda e: _raised(e, Kind.DATA_ERROR), lambda e: Outcome(Reason.DATA_ERROR, error_tail=_tail(e))),
     Rule("raised MemoryError or CUDA OOM", _CODE, lambda e: _raised(e, Kind.MEMORY_ERROR, Kind.CUDA_OOM), _oom_raised),

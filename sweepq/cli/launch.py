@@ -2,9 +2,13 @@
 
 Relaunching is always safe: cells with a verified DONE.json are skipped,
 interrupted cells resume first from their newest committed checkpoint, then
-queued cells start in order. The first Ctrl-C (or SIGTERM/SIGHUP) preempts
-every running cell gracefully (each writes a checkpoint and its receipt); a
-second Ctrl-C stops at once.
+queued cells start in order. The first SIGINT (Ctrl-C) or SIGTERM (`sweepq
+stop`, a scheduler) preempts every running cell gracefully (each writes a
+checkpoint and its receipt); a SIGINT after that stops at once, while a
+repeated SIGTERM changes nothing (so `sweepq stop` twice is still graceful).
+SIGHUP never stops a launch: the terminal went away, the output moves to the
+root's log and the sweep goes on (terminal.py). One launch lives per root at a
+time (launch_lock.py).
 """
 
 from __future__ import annotations
@@ -21,19 +25,24 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from sweepq.cli import render
+from sweepq.cli import launch_lock, render
+from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
+from sweepq.execution.diskfull import EXIT_DISK_FULL, workers_stopped
 from sweepq.layout import RootPaths, default_root_beside
 from sweepq.queue import reconcile
 from sweepq.queue.database import Database
 from sweepq.queue.reaper import reap, reconcile_markers
 from sweepq.queue.records import Outcome
-from sweepq.queue.states import CellState, Reason
+from sweepq.queue.states import MACHINE_FAULTS, CellState, Reason
 from sweepq.queue.store import Store
+from sweepq.spec.preflight import preflight
 from sweepq.spec.sweep import Sweep, load_sweep
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # not SIGHUP: losing the terminal never stops training
 HARD_STOP_WAIT_S = 10.0
+STOPPING = "stopping: running cells are writing a checkpoint (Ctrl-C again to stop at once)"
+STOPPING_NOW = "stopping at once (second interrupt): no emergency checkpoint"
 
 
 def default_root(sweep: Sweep) -> Path:
@@ -82,7 +91,7 @@ class Prepared:
 def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
     """Everything that can fail on bad input, before anything is written."""
     sweep = load_sweep(spec)
-    target = Path(root).resolve() if root else default_root(sweep).resolve()
+    target = preflight(sweep, spec, root).root  # root, program and command lines checked, as plan does
     check_writable(target)
     existing: dict[str, tuple[str, dict[str, Any], bool]] = {}
     database = Database.for_root(target)
@@ -137,18 +146,25 @@ def _resume_point(store: Store, cell: str) -> str:
 
 
 class Launcher:
-    def __init__(self, root: Path, workers: int, gpus: list[str], console: Console, live: bool) -> None:
+    def __init__(
+        self, root: Path, workers: int, gpus: list[str], console: Console, live: bool, terminal: Terminal
+    ) -> None:
         self.root = root
         self.n = workers
         self.gpus = gpus
         self.console = console
         self.live = live
+        self.terminal = terminal
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stops = 0
+        self.signals: list[int] = []  # the stops' signals, for the output (the handler writes nothing)
         self.hard_deadline: float | None = None  # after a second interrupt: when to kill what is left
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.stops and signum != signal.SIGINT:
+            return  # a repeated SIGTERM (`sweepq stop` twice, a scheduler's reminder) is no second Ctrl-C
         self.stops += 1
+        self.signals.append(signum)
         sig = signal.SIGTERM if self.stops == 1 else signal.SIGINT  # second: the workers' hard stop
         for p in self.procs:
             if p.poll() is None:
@@ -191,20 +207,38 @@ class Launcher:
             self.procs.append(worker)
 
     def wait(self, store: Store) -> None:
-        """Show progress until every worker exited."""
-        metric = store.settings().metric
-        if self.live:
-            with Live(console=self.console, refresh_per_second=4, transient=False) as live:
-                while self._alive():
-                    live.update(self._view(store, metric))
-                    time.sleep(0.5)
-                live.update(self._view(store, metric))
-        else:
-            seen: dict[str, str] = {}
-            while self._alive():
-                self._print_changes(store, seen)
-                time.sleep(0.5)
+        """Show progress until every worker exited: a live table, or lines (also once the terminal went away)."""
+        if self.live and self._wait_live(store):
+            return
+        seen: dict[str, str] = {}
+        told = 0
+        while self._alive():
+            told = self._tell_stops(told)
             self._print_changes(store, seen)
+            time.sleep(0.5)
+        self._tell_stops(told)
+        self._print_changes(store, seen)
+
+    def _wait_live(self, store: Store) -> bool:
+        """The live table until every worker exited (True), or until the output left the terminal (False)."""
+        metric = store.settings().metric
+        # Refreshed from this thread only: a failed write is then handled here, never in rich's thread.
+        with Live(console=self.console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
+            while self._alive() and not self.terminal.gone():
+                live.update(self._view(store, metric), refresh=True)
+                time.sleep(0.5)
+            live.update(self._view(store, metric), refresh=True)
+        if self.terminal.moved is None:
+            return True
+        self.console.line()  # the table's last frame, now in the log, ends without a newline
+        return False
+
+    def _tell_stops(self, told: int) -> int:
+        """Say in the output that a stop arrived (lines and logs have no live title to show it)."""
+        for i in range(told, len(self.signals)):
+            words = STOPPING if i == 0 else STOPPING_NOW
+            self.console.print(f"{signal.Signals(self.signals[i]).name}: {words}", highlight=False)
+        return len(self.signals)
 
     def _alive(self) -> bool:
         alive = [p for p in self.procs if p.poll() is None]
@@ -219,9 +253,11 @@ class Launcher:
     def _view(self, store: Store, metric: Any) -> Any:
         note = ""
         if self.stops == 1:
-            note = "stopping: running cells are writing a checkpoint (Ctrl-C again to stop at once)"
+            note = STOPPING
         cells = store.cells()
-        return render.status_table(cells, metric, title=note or None, etas=store.etas())
+        return render.status_table(
+            cells, metric, title=note or None, etas=store.etas(), stalls=store.stalls(), notes=store.fault_notes()
+        )
 
     def _print_changes(self, store: Store, seen: dict[str, str]) -> None:
         for c in store.cells():
@@ -237,7 +273,8 @@ class Launcher:
             if c.state is CellState.DONE and c.metrics:
                 bits.append(", ".join(f"{k}={render.fmt_num(v)}" for k, v in c.metrics.items() if k != "epoch"))
             if c.last_reason and c.state is not CellState.DONE:
-                bits.append(f"(last: {c.last_reason})")
+                said = store.fault_notes().get(c.id) if c.last_reason in MACHINE_FAULTS else None  # the disk's words
+                bits.append(f"(last: {c.last_reason}: {said})" if said else f"(last: {c.last_reason})")
             self.console.print("  ".join(bits), highlight=False)
 
 
@@ -258,34 +295,65 @@ def launch(
     workers: int,
     gpus: list[str],
     accept_changed: bool,
-    console: Console,
+    terminal: Terminal,
     live: bool,
+    ready_fd: int | None = None,
 ) -> int:
+    """Run the sweep; `ready_fd` (of `launch --detach`) hears "ready" once the workers started."""
+    terminal.keep_on_hangup()  # first: a hangup while preparing must not stop the launch either
     prepared = prepare(spec, root, accept_changed)  # raises UsageError: nothing written
-    store = apply(prepared)
-    try:
-        reconcile_markers(store)
-        reap(store)
-        describe_start(store, prepared, console)
-        if store.unsettled() == 0:
-            console.print("nothing to do: every cell is done, failed or cancelled")
-            return exit_code(store, False)
-        launcher = Launcher(prepared.root, workers, gpus, console, live)
-        old = {s: signal.signal(s, launcher._on_signal) for s in STOP_SIGNALS}
+    terminal.log = RootPaths(prepared.root).launch_log
+    with launch_lock.held(prepared.root, str(Path(spec).resolve()), _grace_seconds()):  # UsageError: one lives
+        store = apply(prepared)
         try:
-            launcher.start_workers()
-            launcher.wait(store)
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-        if launcher.stops >= 2:
-            reap(
-                store, override=Outcome(Reason.PREEMPTED, note="hard stop (second interrupt): no emergency checkpoint")
+            return _run(
+                store, prepared, Launcher(prepared.root, workers, gpus, terminal.console(), live, terminal), ready_fd
             )
-        interrupted = launcher.stops > 0
-        console.print(render.summary(store.cells()))
-        if interrupted:
-            console.print("interrupted: run the same command again to resume")
-        return exit_code(store, interrupted)
+        finally:
+            store.close()
+
+
+def _run(store: Store, prepared: Prepared, launcher: Launcher, ready_fd: int | None) -> int:
+    console = launcher.console
+    reconcile_markers(store)
+    reap(store)
+    describe_start(store, prepared, console)
+    if store.unsettled() == 0:
+        console.print("nothing to do: every cell is done, failed or cancelled")
+        return exit_code(store, False)
+    old = {s: signal.signal(s, launcher._on_signal) for s in STOP_SIGNALS}
+    try:
+        launcher.start_workers()
+        if ready_fd is not None:
+            _tell_ready(ready_fd)
+        launcher.wait(store)
     finally:
-        store.close()
+        for s, h in old.items():
+            signal.signal(s, h)
+    stopped = sum(1 for p in launcher.procs if p.returncode == EXIT_DISK_FULL)
+    if stopped:  # their lines went to logs on the full disk, if anywhere: say it here
+        console.print(workers_stopped(store.database.path, stopped), highlight=False)
+    if launcher.stops >= 2:
+        reap(store, override=Outcome(Reason.PREEMPTED, note="hard stop (second interrupt): no emergency checkpoint"))
+    interrupted = launcher.stops > 0
+    console.print(render.summary(store.cells()))
+    if interrupted:
+        console.print("interrupted: run the same command again to resume")
+    return exit_code(store, interrupted)
+
+
+def _tell_ready(fd: int) -> None:
+    """Tell `launch --detach` that the sweep runs; it may be gone (interrupted): the sweep goes on."""
+    try:
+        os.write(fd, b"ready\n")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _grace_seconds() -> float:
+    """How long this launch's workers give a training process to checkpoint and stop (for `sweepq stop`)."""
+    from sweepq.execution.worker import GRACE_S
+
+    return GRACE_S

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
+from rich.console import Console, RenderableType
 
 from sweepq.cli import render
 from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
@@ -18,33 +20,69 @@ from sweepq.spec.sweep import select_cells
 @click.argument("spec", required=False, type=click.Path(dir_okay=False))
 @root_option
 @json_option
-@click.option("--watch", is_flag=True, help="Refresh every second until interrupted.")
+@click.option("--watch", is_flag=True, help="Refresh until the sweep has nothing left to run (or Ctrl-C).")
+@click.option(
+    "--every", default=2.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS", help="With --watch."
+)
 @friendly
-def status(spec: str | None, root: str | None, as_json: bool, watch: bool) -> None:
+def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every: float) -> None:
     """Every cell at a glance: state, progress, metrics, attempts, last reason."""
     with reading(spec, root) as store:
         metric = store.settings().metric
         if as_json:
-            etas = store.etas()
+            etas, stalls = store.etas(), store.stalls()
             print_json(
-                [c.to_json() | {"alive": _alive(store, c), "eta_seconds": etas.get(c.id)} for c in store.cells()]
+                [
+                    c.to_json()
+                    | {
+                        "alive": _alive(store, c),
+                        "eta_seconds": etas.get(c.id),
+                        "no_progress_seconds": stalls.get(c.id),
+                    }
+                    for c in store.cells()
+                ]
             )
             return
         con = out()
         if not watch:
-            con.print(render.status_table(store.cells(), metric, dead=_dead_running(store), etas=store.etas()))
+            con.print(
+                render.status_table(store.cells(), metric, dead=_dead_running(store), etas=store.etas(), **_told(store))
+            )
             return
-        from rich.live import Live
+        _watch(
+            store,
+            con,
+            every,
+            lambda: render.status_table(
+                store.cells(), metric, dead=_dead_running(store), etas=store.etas(), **_told(store)
+            ),
+        )
 
-        with Live(console=con, refresh_per_second=2) as live:
-            try:
-                while True:
-                    live.update(
-                        render.status_table(store.cells(), metric, dead=_dead_running(store), etas=store.etas())
-                    )
-                    time.sleep(1)
-            except KeyboardInterrupt:
-                pass
+
+def _watch(store: Store, con: Console, every: float, table: Callable[[], RenderableType]) -> None:
+    """The table again every `every` seconds until no cell is left to run (or Ctrl-C): live in a terminal,
+    one table after another elsewhere (a file, a pipe)."""
+    from rich.live import Live
+
+    try:
+        if not con.is_terminal:
+            con.print(table())
+            while store.unsettled():
+                time.sleep(every)
+                con.print()
+                con.print(table())
+            return
+        with Live(table(), console=con, auto_refresh=False) as live:
+            while store.unsettled():
+                time.sleep(every)
+                live.update(table(), refresh=True)
+    except KeyboardInterrupt:
+        pass  # how a watch ends: not an error
+
+
+def _told(store: Store) -> dict[str, Any]:
+    """What status says beyond the columns: cells without progress, and a full disk's words."""
+    return {"stalls": store.stalls(), "notes": store.fault_notes()}
 
 
 def _alive(store: Store, cell: Any) -> bool | None:

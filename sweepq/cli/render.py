@@ -10,6 +10,7 @@ import io
 import json
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
-from sweepq.queue.states import CellState
+from sweepq.queue.states import CLAIMABLE, CellState
 from sweepq.spec.sweep import Metric
 
 STATE_STYLE = {
@@ -136,8 +137,14 @@ def status_table(
     title: str | None = None,
     dead: set[str] | None = None,
     etas: dict[str, float] | None = None,
+    stalls: dict[str, float] | None = None,
+    notes: dict[str, str] | None = None,
+    now: datetime | None = None,
 ) -> RenderableType:
+    """`stalls`: seconds without progress of running cells past their threshold (Store.stalls);
+    `notes`: what the last attempt of a cell said, when its machine failed it (Store.fault_notes)."""
     dead, etas = dead or set(), etas or {}
+    told = _Told(stalls or {}, notes or {}, now or datetime.now(UTC))
     mname = metric.name if metric else next((metric_of(c, None)[0] for c in cells if c.metrics), "")
     cols: list[tuple[str, Any, str]] = [
         ("cell", lambda c: c.id + (" (gone)" if c.removed else ""), "left"),
@@ -151,7 +158,7 @@ def status_table(
         ("best", lambda c: fmt_num(c.best), "right"),
         ("attempts", lambda c: str(c.attempts) if c.attempts else "", "right"),
         ("last reason", lambda c: c.last_reason or "", "left"),
-        ("note", lambda c: "no live process: reaped at the next launch" if c.id in dead else _cell_note(c), "left"),
+        ("note", lambda c: "no live process: reaped at the next launch" if c.id in dead else told.note(c), "left"),
     ]
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
     rows = [[fn(c) for _, fn, _ in cols] for c in cells]
@@ -169,13 +176,38 @@ def _present(v: Any) -> bool:
     return bool(v.plain if isinstance(v, Text) else v)
 
 
-def _cell_note(c: CellRecord) -> str:
-    if c.cancel_requested:
-        return "cancel requested"
-    if c.state is CellState.QUEUED and c.retry_after is not None:
-        wait = (c.retry_after - datetime.now(UTC)).total_seconds()
-        return f"retry in {fmt_seconds(max(0.0, wait))}" if wait > 0 else "retry due"
-    return ""
+@dataclass(frozen=True)
+class _Told:
+    """What the status table says of a cell beyond its columns, as of `now`."""
+
+    stalls: dict[str, float]
+    notes: dict[str, str]
+    now: datetime
+
+    def note(self, c: CellRecord) -> str:
+        parts = [
+            "cancel requested" if c.cancel_requested else self._retry(c),
+            f"no progress for {fmt_age(self.stalls[c.id])}" if c.id in self.stalls else "",
+            self.notes.get(c.id, "") if c.state is not CellState.RUNNING else "",
+        ]
+        return "; ".join(p for p in parts if p)
+
+    def _retry(self, c: CellRecord) -> str:
+        if c.state not in CLAIMABLE or c.retry_after is None:
+            return ""
+        # As the queue decides (reads.retry_due): never longer than the back-off given at
+        # `updated_at`, and due at once on a clock set back before it.
+        wait = min(c.retry_after - self.now, c.retry_after - c.updated_at).total_seconds()
+        return f"retry in {fmt_seconds(wait)}" if wait > 0 and self.now >= c.updated_at else "retry due"
+
+
+def fmt_age(s: float) -> str:
+    """A duration as people say it: "45 s", "12 min", "3.5 h"."""
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
 
 
 def show_cell(

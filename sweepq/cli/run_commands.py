@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
@@ -11,9 +10,8 @@ import click
 
 from sweepq.cli import render
 from sweepq.cli.app import friendly, json_option, main, out, print_json
-from sweepq.cli.launch import default_root, launch, resolve_root
+from sweepq.cli.launch import launch, resolve_root
 from sweepq.errors import UsageError
-from sweepq.layout import RootPaths
 from sweepq.queue.database import Database
 from sweepq.spec.sweep import load_sweep
 
@@ -24,16 +22,16 @@ from sweepq.spec.sweep import load_sweep
 @friendly
 def plan(spec: str, as_json: bool) -> None:
     """Expand SPEC and list its cells in run order (touches nothing on disk)."""
-    from sweepq.spec.command import render_command
+    from sweepq.spec.preflight import preflight
 
     sweep = load_sweep(spec)
-    root = default_root(sweep)
+    checked = preflight(sweep, spec)  # the root, the program, every command line; ${envvar:NAME} shown as ***
+    root = checked.root
     rows = []
     for c in sweep.cells:
         row: dict[str, Any] = {"cell": c.id, "group": c.group_name, "cfg": c.cfg, "cfg_hash": c.cfg_hash}
-        if sweep.settings.program is not None or sweep.settings.form == "wandb":
-            args_file = str(RootPaths(root).cell(c.id).args)
-            row["command"] = render_command(sweep.settings, c.cfg, args_json_file=args_file, environ=os.environ)
+        if c.id in checked.commands:
+            row["command"] = checked.commands[c.id]
         rows.append(row)
     for w in sweep.warnings:
         click.echo(f"warning: {w}", err=True)
@@ -41,6 +39,7 @@ def plan(spec: str, as_json: bool) -> None:
         print_json(rows)
         return
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, header_style="bold")
     for col in ("cell", "group", "cfg") + (("command",) if rows and "command" in rows[0] else ()):
@@ -51,12 +50,13 @@ def plan(spec: str, as_json: bool) -> None:
             from sweepq.execution.program import shell_join
 
             cells.append(shell_join(r["command"]))
-        table.add_row(*cells)
+        table.add_row(*(Text(cell) for cell in cells))  # Text: a value like "[/x]" is not markup
     con = out()
     entry = sweep.settings.train or sweep.settings.program
     con.print(
         f"{sweep.settings.name}: {len(rows)} cells in {len(sweep.groups)} group(s), "
-        f"root {render.shown_path(root)}, runs {entry}"
+        f"root {render.shown_path(root)}, runs {entry}",
+        markup=False,
     )
     con.print(table)
 
@@ -68,17 +68,34 @@ def plan(spec: str, as_json: bool) -> None:
 @click.option("--gpus", default=None, metavar="0,1,...", help="GPU indices, shared round-robin among workers.")
 @click.option("--accept-changed", is_flag=True, help="Give existing cells a changed cfg (recorded in their history).")
 @click.option("--no-live", is_flag=True, help="Print state changes as lines instead of a live table.")
+@click.option(
+    "--detach", is_flag=True, help="Run in the background, safe from the terminal closing; output to ROOT/launch.log."
+)
+@click.option("--ready-fd", type=int, default=None, hidden=True, help="Write 'ready' here once the workers started.")
 @friendly
 def launch_cmd(
-    spec: str, root: str | None, workers: int, gpus: str | None, accept_changed: bool, no_live: bool
+    spec: str,
+    root: str | None,
+    workers: int,
+    gpus: str | None,
+    accept_changed: bool,
+    no_live: bool,
+    detach: bool,
+    ready_fd: int | None,
 ) -> None:
     """Run the sweep in SPEC until every cell is done, failed or cancelled (safe to repeat)."""
     gpu_list = [g.strip() for g in gpus.split(",") if g.strip()] if gpus else []
     if gpus is not None and not all(g.isdigit() for g in gpu_list):
         raise UsageError(f"--gpus takes GPU indices like 0,1; got {gpus!r}")
-    console = out()
-    live = console.is_terminal and not no_live
-    sys.exit(launch(spec, root, workers, gpu_list, accept_changed, console, live))
+    if detach:
+        from sweepq.cli.background import launch_detached
+
+        sys.exit(launch_detached(spec, root, workers, gpu_list, accept_changed))
+    from sweepq.cli.terminal import Terminal
+
+    terminal = Terminal()
+    live = terminal.console().is_terminal and not no_live
+    sys.exit(launch(spec, root, workers, gpu_list, accept_changed, terminal, live, ready_fd))
 
 
 @main.command()

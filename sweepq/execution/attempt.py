@@ -27,13 +27,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sweepq.atomic import atomic_write_json
 from sweepq.checkpoint import marker, storage
 from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.evidence import Evidence, Witness
 from sweepq.execution import fingerprint, program
 from sweepq.execution.attempt_spec import AttemptSpec
 from sweepq.execution.channel import Channel
+from sweepq.execution.diskfull import Reserve, disk_error, guard_streams, write_receipt
 from sweepq.execution.errors import raised
 from sweepq.execution.messages import Ended, Started
 from sweepq.execution.metrics import plain
@@ -94,7 +94,9 @@ def run_train(
         return _judged(run, raised=raised(e)), run
     outcome = _judged(run, finished=True, metrics=_metrics(result))
     if outcome.reason != Reason.COMPLETED:
-        _close_quietly(run)
+        failed = _close_quietly(run)  # a full disk refused the emergency checkpoint: say so
+        if failed is not None and disk_error(failed) is not None:
+            return _judged(run, raised=raised(failed)), run
         return outcome, run
     try:
         run.close(completed=True)  # the final checkpoint: its failure is the attempt's
@@ -123,11 +125,13 @@ def _judged(run: Run | None, **seen: Any) -> Outcome:
     return outcome
 
 
-def _close_quietly(run: Run) -> None:
+def _close_quietly(run: Run) -> Exception | None:
     try:
         run.close(completed=False)
-    except Exception:
+    except Exception as e:
         traceback.print_exc()
+        return e
+    return None
 
 
 def _metrics(result: Any) -> dict[str, Any] | None:
@@ -190,6 +194,7 @@ def close_as_orphan(spec: AttemptSpec, outcome: Outcome) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signals.install()
+    guard_streams()  # its logs are on the sweep's disk: a full one must not raise from a print
     spec = AttemptSpec.load(Path(argv[0]))
     die_with_parent(spec.worker_pid)
     # Before anything of the cell is touched: never a second writer.
@@ -200,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_json(spec.settings)
     paths = CellPaths(Path(spec.root), spec.cell)
     channel = Channel.from_env()
+    reserve = Reserve.beside(paths.receipt(spec.attempt))  # room for the receipt should the disk fill up
     FencedStorage(storage.for_cell(paths), fence.check).clean_partial()
     started_here = time.monotonic()  # when the worker did not say when it started us
     gpus = gpus_seen()
@@ -222,7 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         outcome, run = program.run_program(spec, settings, channel)
     if outcome.reason == Reason.COMPLETED:
-        outcome = finish_done(spec, run, outcome, fence)
+        try:
+            outcome = finish_done(spec, run, outcome, fence)
+        except OSError as e:  # a full disk refused DONE.json: the next attempt only writes it
+            if disk_error(e) is None:
+                raise
+            outcome = _judged(run if isinstance(run, Run) else None, raised=raised(e))
     rss, gpu_peak = peak_memory()
     outcome.pid = os.getpid()
     outcome.gpus = gpus
@@ -236,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome.end_step = run.last_step
         outcome.start_step = run.start_step
         outcome.start_checkpoint_sha = run.start_sha
-    atomic_write_json(paths.receipt(spec.attempt), outcome.to_json())
+    write_receipt(paths.receipt(spec.attempt), outcome.to_json(), reserve)  # with the reserve on a full disk
     channel.send(Ended(outcome=outcome.to_json()))
     if orphaned(spec.worker_pid):
         close_as_orphan(spec, outcome)

@@ -1,5 +1,7 @@
 """The exceptions training code raises to say how it ended, and what any exception counts as.
 
+A full or read-only disk behind an exception (diskfull.py) makes it DISK_FULL: the machine's fault.
+
 `sweepq.DataError` and `sweepq.NonFiniteLoss` are these classes (public API).
 """
 
@@ -9,6 +11,7 @@ import sys
 import traceback
 
 from sweepq.evidence import Kind, Raised
+from sweepq.execution.diskfull import describe, disk_error
 from sweepq.execution.tails import tail
 
 
@@ -29,6 +32,8 @@ def kind_of(e: BaseException) -> Kind:
         return Kind.NON_FINITE_LOSS
     if isinstance(e, DataError):
         return Kind.DATA_ERROR
+    if disk_error(e) is not None:  # the machine's fault, whatever wrapped it
+        return Kind.DISK_FULL
     if isinstance(e, MemoryError):
         return Kind.MEMORY_ERROR
     torch = sys.modules.get("torch")  # a CUDA OOM can only come from a process that imported torch
@@ -40,4 +45,6 @@ def kind_of(e: BaseException) -> Kind:
 def raised(e: BaseException) -> Raised:
     """The evidence an exception gives (sweepq.outcome decides what it means)."""
     step = e.step if isinstance(e, NonFiniteLoss) else None
-    return Raised(kind_of(e), type(e).__name__, tail("".join(traceback.format_exception(e))), step)
+    disk = disk_error(e)
+    words = describe(*disk) if disk is not None and kind_of(e) is Kind.DISK_FULL else None
+    return Raised(kind_of(e), type(e).__name__, tail("".join(traceback.format_exception(e))), step, words)

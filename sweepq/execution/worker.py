@@ -3,7 +3,7 @@
 `sweepq launch` starts N of these; `sweepq worker --root DIR` starts one (for
 other machines and schedulers). A worker exits when every cell is done, failed
 or cancelled; it waits out retry back-offs and cells other live processes run.
-On SIGTERM/SIGINT/SIGHUP it stops claiming, passes SIGTERM to its training
+On SIGTERM/SIGINT it stops claiming, passes SIGTERM to its training
 process, and records that attempt before exiting.
 """
 
@@ -19,9 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.exc import OperationalError
+
 from sweepq.atomic import read_json
 from sweepq.evidence import Evidence, Intent, Witness
 from sweepq.execution import channel as chan
+from sweepq.execution import diskfull
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.memory import OomCounters, judge_sigkill
 from sweepq.execution.progress import Progress
@@ -38,7 +41,7 @@ from sweepq.spec.sweep import Settings
 POLL_S = 0.5
 FLUSH_S = 1.0  # progress reaches the database at most once a second per cell
 GRACE_S = float(os.environ.get("SWEEPQ_GRACE_SECONDS", "60"))
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # not SIGHUP: a terminal going away never stops training
 
 
 class Worker:
@@ -58,6 +61,11 @@ class Worker:
     def run(self) -> int:
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_signal)
+        # A hangup never stops a worker (a standalone one's terminal closing must not stop training):
+        # one that is ignored (`nohup`) stays so, any other is ignored from here on.
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        diskfull.guard_streams()  # its log is on the sweep's disk: a full one must not raise from a print
         self.store = Store.open(self.root)
         try:
             reconcile_markers(self.store)
@@ -70,6 +78,11 @@ class Worker:
                 if self.store.unsettled() == 0:
                     break
                 time.sleep(self.poll)
+        except OperationalError as e:  # a full disk refused the database: say so, stop, exit non-zero
+            words = diskfull.database_full(e, self.store.database.path)
+            if words is None:
+                raise
+            return diskfull.stop_worker(words, self.child, GRACE_S)
         finally:
             self.store.close()
         return 130 if self.stopping else 0
@@ -206,7 +219,7 @@ class Worker:
                 if intent is None and (progress.fenced or owner.lost()):
                     # The cell went to another attempt (or its folder went away): its writes are
                     # refused by the fence anyway; stop spending the machine on it.
-                    print(f"sweepq: stopping attempt {claim.number} of {claim.cell}: {_why_fenced(owner)}", flush=True)
+                    _say(f"sweepq: stopping attempt {claim.number} of {claim.cell}: {_why_fenced(owner)}")
                     intent = Intent.STOP
                     os.kill(self.child.pid, signal.SIGTERM)
                     sent_term_at = now
@@ -256,6 +269,14 @@ class Worker:
         if o.reason not in (Reason.COMPLETED, Reason.PREEMPTED) and not o.error_tail:
             o.error_tail = tail_file(paths.stderr(claim.number))
         return o
+
+
+def _say(line: str) -> None:
+    """A line for whoever watches; a terminal that went away (EIO, EPIPE) never stops the worker."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
 
 
 def _why_fenced(owner: liveness.Ownership) -> str:

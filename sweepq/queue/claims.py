@@ -12,12 +12,13 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from sweepq.errors import IllegalTransition
 from sweepq.queue import states
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow
+from sweepq.queue.reads import retry_due
 from sweepq.queue.records import Claim, Outcome, WorkerInfo
 from sweepq.queue.rows import json_safe
 from sweepq.queue.states import CellState, CheckpointState, Reason
@@ -39,7 +40,7 @@ class StoreClaims(StoreBase):
                     CellRow.id == cell_id,
                     CellRow.state.in_([str(x) for x in states.sources_of(CellState.RUNNING)]),
                     CellRow.removed.is_(False),
-                    or_(CellRow.retry_after.is_(None), CellRow.retry_after <= now),
+                    retry_due(now),
                 )
                 .values(
                     state=CellState.RUNNING,
@@ -194,7 +195,7 @@ class StoreClaims(StoreBase):
                 # The cell moved on (a user command); the receipt is still recorded.
                 return CellState(row.state)
             spent = self._spent(s, cell, row.budget_base, reason)
-            budget_left = reason not in states.BUDGETED or spent <= policy.budgets.get(reason, 0)
+            budget_left = reason not in states.BUDGETED or spent <= states.budget_of(reason, policy.budgets)
             target = states.state_after(reason, budget_left)
             values: dict[str, Any] = {
                 "state": target,
@@ -204,7 +205,8 @@ class StoreClaims(StoreBase):
             }
             if outcome.end_step is not None:
                 values["step"] = outcome.end_step
-            if target is CellState.QUEUED:
+            # With `updated_at = now`, which tells when the back-off began (see reads.retry_due).
+            if target in states.CLAIMABLE and states.backs_off(reason):
                 delay = min(policy.backoff_max_seconds, policy.backoff_seconds * 2 ** max(0, spent - 1))
                 values["retry_after"] = now + timedelta(seconds=delay)
             if target is CellState.DONE:

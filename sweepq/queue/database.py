@@ -2,55 +2,101 @@
 
 Callers ask a `Database`, never the file system: is there a database yet, may
 this user write it, an engine for readers and one for write transactions,
-migrate it or check its schema. The default is the SQLite file sweepq.db in the
-root (`sqlite:///<root>/sweepq.db`); a server URL (`postgresql+psycopg://...`)
-can replace it in `Database.for_root` alone, because no caller builds the URL,
-opens the file or asks the dialect.
+migrate it or check its schema, is it damaged. The default is the SQLite file
+sweepq.db in the root (`sqlite:///<root>/sweepq.db`); a server URL
+(`postgresql+psycopg://...`) can replace it in `Database.for_root` alone,
+because no caller builds the URL, opens the file or asks the dialect.
 
 SQLite recipe (after huey): WAL so that readers (status) never block the
 writer; a busy timeout so that short write transactions queue up instead of
 failing; `BEGIN IMMEDIATE` for writes so a transaction takes the write lock
 before it reads what it will change (a claim cannot be decided on stale data);
 synchronous=FULL because the queue must survive a power cut (writes are rare).
+
+Read-only recipe (`readonly=True`, read commands): nothing is ever written, on
+a root whose file system or permissions are read-only too. Decided afresh for
+each connection (the pool keeps none), from the files beside the database:
+- a log (`-wal`) exists: `mode=ro`, which reads the transactions still in it
+  (through a private copy of the index when the `-shm` cannot be written);
+- no log, and this process could create one: an ordinary connection with
+  `query_only`, which refuses every write statement; SQLite creates the log
+  while it reads and removes it when the last connection closes;
+- no log (or an empty one) and none can be created: `immutable=1`. Every
+  committed transaction is then in the file, and no process with this user's
+  rights can be writing (a writer needs the log); on a read-only mount no
+  process at all. (Where only permissions stop this user, one with more rights
+  could start writing meanwhile: a read racing it is not guaranteed.)
+- a log holding transactions but no `-shm`, which cannot be created: refused
+  with what to do, since reading the file alone would show an older state.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from filelock import FileLock
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.pool import NullPool
 
+from sweepq.atomic import fsync_dir
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
 from sweepq.queue import db
 
 BUSY_TIMEOUT_S = 60.0
 _IMMEDIATE = "sweepq_immediate"  # execution option of the writer engine: BEGIN IMMEDIATE
+# SQLite's primary result codes that mean the file is not a readable database.
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+SIDECARS = ("-wal", "-shm")  # SQLite's files beside a WAL-mode database
+
+
+class DatabaseDamaged(UsageError):
+    """The queue's database cannot be read as a database; `words` say what is wrong with it."""
+
+    def __init__(self, path: Path, words: str) -> None:
+        self.path, self.words = path, words
+        super().__init__(
+            f"the database at {path} is damaged: {words}. The cells' checkpoints and DONE.json "
+            "files are kept outside it and are intact. To rebuild the queue from them, run "
+            f"`sweepq repair SPEC --root {path.parent}` with this sweep's file: it moves the damaged "
+            "database aside (it is never deleted) and makes a new one, then `sweepq launch` goes on."
+        )
 
 
 class Database:
     """One queue database, named by a SQLAlchemy URL.
 
     `migrate_lock` is a file that serializes schema upgrades between processes
-    of this machine (two launches opening a new root at once).
+    of this machine (two launches opening a new root at once). A `readonly`
+    database never writes anything (see the module's read-only recipe).
     """
 
-    def __init__(self, url: str | URL, *, migrate_lock: Path | None = None) -> None:
+    def __init__(self, url: str | URL, *, migrate_lock: Path | None = None, readonly: bool = False) -> None:
         self.url = make_url(url)
         self.migrate_lock = migrate_lock
+        self.readonly = readonly
 
     @classmethod
-    def for_root(cls, root: Path) -> Database:
+    def for_root(cls, root: Path, *, readonly: bool = False) -> Database:
         """The database of a sweep root (where a configured server URL would be read, later)."""
         paths = RootPaths(root)
-        return cls(URL.create("sqlite", database=str(paths.db)), migrate_lock=paths.migrate_lock)
+        return cls(URL.create("sqlite", database=str(paths.db)), migrate_lock=paths.migrate_lock, readonly=readonly)
+
+    def read_only(self) -> Database:
+        """The same database, for a reader that must never write."""
+        return self if self.readonly else self._reader
+
+    @cached_property
+    def _reader(self) -> Database:
+        return Database(self.url, migrate_lock=self.migrate_lock, readonly=True)
 
     # -- where ------------------------------------------------------------------------
 
@@ -90,7 +136,10 @@ class Database:
         """For reads (and the base of `writer`); a SQLite file is created on first connect."""
         if self.url.get_backend_name() != "sqlite":
             return create_engine(self.url, pool_pre_ping=True)
+        if self.readonly:
+            return self._readonly_engine()
         engine = create_engine(self.url, connect_args={"timeout": BUSY_TIMEOUT_S})
+        self._report_damage(engine)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -110,9 +159,51 @@ class Database:
 
         return engine
 
+    def _readonly_engine(self) -> Engine:
+        path = self.path
+        assert path is not None
+        # No pool: each connection decides its recipe from the files as they are then.
+        engine = create_engine(self.url, poolclass=NullPool, connect_args={"timeout": BUSY_TIMEOUT_S})
+        self._report_damage(engine)
+
+        @event.listens_for(engine, "do_connect")
+        def _on_do_connect(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
+            cargs[:] = [_readonly_target(path)]
+            cparams["uri"] = True
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            cur.execute("PRAGMA query_only=ON")  # a write statement is an error, whatever the recipe
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN")
+
+        return engine
+
+    def _report_damage(self, engine: Engine) -> None:
+        """SQLite's "not a database" and "malformed" become one paragraph that says what to do."""
+        path = self.path
+        assert path is not None
+
+        @event.listens_for(engine, "handle_error")
+        def _on_error(ctx: Any) -> None:
+            e = ctx.original_exception
+            if isinstance(e, sqlite3.DatabaseError) and (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (
+                _SQLITE_CORRUPT,
+                _SQLITE_NOTADB,
+            ):
+                raise DatabaseDamaged(path, f'SQLite says "{e}"') from e
+
     @cached_property
     def writer(self) -> Engine:
         """For write transactions: they hold the write lock from their first statement."""
+        if self.readonly:
+            return self.engine  # whose connections refuse every write (query_only, mode=ro)
         if self.url.get_backend_name() != "sqlite":
             return self.engine  # a server's row locks (SELECT ... FOR UPDATE) do this per statement
         return self.engine.execution_options(**{_IMMEDIATE: True})
@@ -120,16 +211,29 @@ class Database:
     def dispose(self) -> None:
         if "engine" in self.__dict__:
             self.engine.dispose()
+        if "_reader" in self.__dict__:
+            self._reader.dispose()
 
     # -- schema -----------------------------------------------------------------------
 
     def upgrade(self) -> None:
         """Create or upgrade the schema to this sweepq's, once, even with several launches at once."""
+        if self.readonly:
+            raise RuntimeError(f"the database {self.describe()} was opened read-only")
         with self._migration_lock():
             db.upgrade(self.engine, self.describe())
 
+    def revision(self) -> str | None:
+        """The schema revision recorded in the database; None when it holds no queue yet.
+
+        Read through the read-only recipe: asking writes nothing (a writer's first
+        connection would give an empty file a header, and damaged or emptied files
+        are exactly those asked about before anything else).
+        """
+        return db.current_revision((self.read_only() if self.path is not None else self).engine)
+
     def schema_current(self) -> bool:
-        return db.current_revision(self.engine) == db.SCHEMA_HEAD
+        return self.revision() == db.SCHEMA_HEAD
 
     def check_current(self) -> None:
         """For read-only commands: refuse a database whose schema is not this sweepq's."""
@@ -145,3 +249,100 @@ class Database:
         self.migrate_lock.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(self.migrate_lock):
             yield
+
+    # -- damage and its repair (a SQLite file) --------------------------------------------
+
+    def damage(self) -> str | None:
+        """SQLite's words when the file does not read as a sound database; None when it does.
+
+        Reads only (a quick_check of every page); a file that is missing is not damaged.
+        """
+        if not self.exists():
+            return None
+        try:
+            with self.read_only().engine.connect() as conn:
+                problems = [str(p) for p in conn.exec_driver_sql("PRAGMA quick_check").scalars()]
+        except DatabaseDamaged as e:
+            return e.words
+        if problems == ["ok"]:
+            return None
+        found = "; ".join(problems[:3])
+        return f"SQLite's check says: {found}"
+
+    def _sqlite_file(self) -> Path:
+        if self.path is None:
+            raise UsageError(f"the database {self.describe()} is not a SQLite file: it cannot be moved aside")
+        return self.path
+
+    def staging(self, tag: str) -> Database:
+        """A new database beside this one (a rebuild is written there, then `install`ed)."""
+        path = self._sqlite_file()
+        return Database(URL.create("sqlite", database=str(path.with_name(f"{path.name}.{tag}"))))
+
+    def seal(self) -> None:
+        """Make the file hold everything (no log beside it), so it can be renamed; then close."""
+        raw = self.engine.raw_connection()  # outside a transaction: the journal mode changes only there
+        try:
+            raw.driver_connection.execute("PRAGMA journal_mode=DELETE")  # type: ignore[union-attr]
+        finally:
+            raw.close()
+        self.dispose()
+
+    def discard(self) -> None:
+        """Close and delete a staging database that will not be installed (a rebuild that failed)."""
+        self.dispose()
+        path = self._sqlite_file()
+        for side in ("", *SIDECARS):
+            path.with_name(path.name + side).unlink(missing_ok=True)
+
+    def move_aside(self, suffix: str) -> Path | None:
+        """Rename the file (and its log and index, which SQLite finds by name) to `<name><suffix>`.
+
+        Returns the new path of the file; None when there was no file. Nothing is deleted.
+        """
+        path = self._sqlite_file()
+        target = path.with_name(path.name + suffix)
+        moved = None
+        for side in ("", *SIDECARS):
+            source = path.with_name(path.name + side)
+            if source.exists():
+                os.replace(source, target.with_name(target.name + side))
+                moved = target if side == "" else moved
+        return moved
+
+    def install(self, staged: Database) -> None:
+        """Put a sealed staging database in this one's place (this one was moved aside)."""
+        path, source = self._sqlite_file(), staged._sqlite_file()
+        if any(path.with_name(path.name + side).exists() for side in ("", *SIDECARS)):
+            raise UsageError(f"{path} appeared while it was being rebuilt: another process is using this root")
+        os.replace(source, path)
+        fsync_dir(path.parent)  # the rename survives a power loss
+
+
+def _readonly_target(path: Path) -> str:
+    """The URI that opens `path` without writing anything (the module docstring says why)."""
+    wal, shm = (path.with_name(path.name + side) for side in SIDECARS)
+    uri = "file:" + quote(str(path))
+    can_create = _can_create_beside(path)
+    if wal.exists() and (shm.exists() or can_create):
+        return uri + "?mode=ro"
+    if not wal.exists() and can_create and os.access(path, os.W_OK):
+        return uri + "?mode=rw"  # never create: a file that vanished meanwhile is not made empty
+    if not wal.exists() or wal.stat().st_size == 0:
+        return uri + "?mode=ro&immutable=1"
+    raise UsageError(
+        f"the database at {path} has transactions in its log {wal.name} but no {shm.name} beside it, and this "
+        f"user cannot create one in {path.parent}: read it as a user who can write that folder, or read a copy "
+        "of the root made with `cp -a` (its log comes along)."
+    )
+
+
+def _can_create_beside(path: Path) -> bool:
+    """Could this process create SQLite's log and index next to `path`?"""
+    folder = path.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return False
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK | os.X_OK)

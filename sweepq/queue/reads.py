@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, or_, select
+import os
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, or_, select
 
 from sweepq.errors import UsageError
 from sweepq.queue import states
@@ -12,6 +16,28 @@ from sweepq.queue.rows import attempt_record, cell_record, checkpoint_record, ev
 from sweepq.queue.states import CellState
 from sweepq.queue.transactions import StoreBase
 from sweepq.spec.sweep import Settings
+
+#: A running cell is said to make no progress once silent for the longer of this and three of its steps.
+STALL_SECONDS = 120.0
+ENV_STALL_SECONDS = "SWEEPQ_STALL_SECONDS"  # overrides STALL_SECONDS (for the reader: `status`)
+
+
+def retry_due(now: datetime) -> ColumnElement[bool]:
+    """A cell's back-off is over: it has none, its time came, or the clock went back since it began.
+
+    `finish` writes `updated_at` with `retry_after`; a later write of the row only
+    moves it later. A clock now earlier than `updated_at` was set back (or another
+    machine's runs behind): the wait is over at once. So no cell ever waits longer
+    than the back-off it was given, whatever happens to the wall clock meanwhile.
+    """
+    return or_(CellRow.retry_after.is_(None), CellRow.retry_after <= now, CellRow.updated_at > now)
+
+
+def stall_floor() -> float:
+    try:
+        return max(0.0, float(os.environ.get(ENV_STALL_SECONDS, STALL_SECONDS)))
+    except ValueError:
+        return STALL_SECONDS
 
 
 class StoreReads(StoreBase):
@@ -76,7 +102,7 @@ class StoreReads(StoreBase):
                 .where(
                     CellRow.state.in_([str(x) for x in states.CLAIMABLE]),
                     CellRow.removed.is_(False),
-                    or_(CellRow.retry_after.is_(None), CellRow.retry_after <= now),
+                    retry_due(now),
                 )
                 .order_by(CellRow.group_number, CellRow.index)
             )
@@ -108,6 +134,55 @@ class StoreReads(StoreBase):
             if done > 0 and spent > 0:
                 out[r.id] = max(0.0, (r.total_steps - r.step) * spent / done)
         return out
+
+    def stalls(self) -> dict[str, float]:
+        """Running cells silent for too long: seconds since their last progress (or their attempt's start).
+
+        Too long is relative to the cell's own cadence: three of its steps, at the
+        rate of its current attempt, and at least `stall_floor()` (2 minutes unless
+        SWEEPQ_STALL_SECONDS says otherwise). A live training reports within a second
+        of each logged step (run.log, flushed each second), so such silence means a
+        stopped (SIGSTOP), hung or swapping process, or one that logs more rarely than that.
+        """
+        now, floor = self.clock(), stall_floor()
+        out = {}
+        for r in self._current_attempts():
+            since = r.progress_at or r.started_at
+            silent = (now - since).total_seconds()  # negative when the clock went back: not silent
+            steps = (r.step or 0) - (r.start_step or 0)
+            per_step = (since - r.started_at).total_seconds() / steps if steps > 0 else 0.0
+            if silent > max(floor, 3 * per_step):
+                out[r.id] = silent
+        return out
+
+    def fault_notes(self) -> dict[str, str]:
+        """What the last attempt said of cells whose last reason is the machine's fault (a full disk)."""
+        with self._read() as s:
+            q = (
+                select(CellRow.id, AttemptRow.note)
+                .join(AttemptRow, (AttemptRow.cell_id == CellRow.id) & (AttemptRow.number == CellRow.attempts))
+                .where(
+                    CellRow.last_reason.in_([str(r) for r in states.MACHINE_FAULTS]),
+                    AttemptRow.reason == CellRow.last_reason,
+                    AttemptRow.note.is_not(None),
+                )
+            )
+            return {r.id: r.note for r in s.execute(q)}
+
+    def _current_attempts(self) -> list[Any]:
+        with self._read() as s:
+            q = (
+                select(
+                    CellRow.id,
+                    CellRow.step,
+                    CellRow.progress_at,
+                    AttemptRow.started_at,
+                    AttemptRow.start_step,
+                )
+                .join(AttemptRow, (AttemptRow.cell_id == CellRow.id) & (AttemptRow.number == CellRow.attempts))
+                .where(CellRow.state == CellState.RUNNING)
+            )
+            return list(s.execute(q))
 
     def running(self) -> list[tuple[str, int]]:
         """(cell, attempt number) of every cell the database believes is running."""

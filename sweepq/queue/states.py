@@ -7,6 +7,7 @@ an exception, never a silent overwrite.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 from sweepq.errors import IllegalTransition
@@ -33,6 +34,7 @@ class Reason(StrEnum):
     DATA_ERROR = "data_error"  # the training code raised sweepq.DataError
     TIMEOUT = "timeout"  # the attempt ran past max_attempt_seconds
     CANCELLED = "cancelled"  # the user cancelled the cell
+    DISK_FULL = "disk_full"  # out of disk space or quota, or a file system remounted read-only
 
 
 class CheckpointState(StrEnum):
@@ -107,9 +109,10 @@ def check(current: CellState, target: CellState) -> None:
 def state_after(reason: Reason, budget_left: bool) -> CellState:
     """The state a running cell takes when its attempt ends with `reason`.
 
-    Interruptions that are not the cell's fault (preempted, lost) make it
-    `interrupted`: claimed first and at once. A failure with budget left queues
-    it for a retry after a back-off; without budget it is `failed`.
+    Interruptions that are not the cell's fault (preempted, lost, disk_full)
+    make it `interrupted`: claimed first, at once or after its back-off (see
+    `backs_off`). A failure with budget left queues it for a retry after a
+    back-off; without budget it is `failed`.
     """
     if reason is Reason.COMPLETED:
         return CellState.DONE
@@ -119,10 +122,33 @@ def state_after(reason: Reason, budget_left: bool) -> CellState:
         return CellState.INTERRUPTED
     if not budget_left:
         return CellState.FAILED
-    if reason is Reason.LOST:
+    if reason in (Reason.LOST, Reason.DISK_FULL):
         return CellState.INTERRUPTED
     return CellState.QUEUED
 
 
 #: Reasons whose retries are counted against a budget (preemption never is).
-BUDGETED = frozenset({Reason.LOST, Reason.OOM, Reason.NAN, Reason.ERROR, Reason.DATA_ERROR, Reason.TIMEOUT})
+BUDGETED = frozenset(
+    {Reason.LOST, Reason.OOM, Reason.NAN, Reason.ERROR, Reason.DATA_ERROR, Reason.TIMEOUT, Reason.DISK_FULL}
+)
+
+#: The machine's faults, not the cell's: the cell resumes from its last committed checkpoint.
+MACHINE_FAULTS = frozenset({Reason.DISK_FULL})
+
+#: Budgets that `retries:` does not set. A full disk is freed by a person, maybe hours later:
+#: ten retries, backing off up to `backoff_max_seconds` each, before the cell is `failed`.
+OWN_BUDGETS: dict[Reason, int] = {Reason.DISK_FULL: 10}
+
+
+def budget_of(reason: Reason, budgets: Mapping[str, int]) -> int:
+    """How many retries `reason` may cause: the sweep's `retries:`, else its own budget above."""
+    return budgets.get(reason, OWN_BUDGETS.get(reason, 0))
+
+
+def backs_off(reason: Reason) -> bool:
+    """Does a retry after `reason` wait (backoff_seconds x 2^(n-1), n counting this reason's attempts)?
+
+    A lost process is retried at once (the machine died, the cell is fine); a
+    full disk is not: retrying at once would only fail again until space is freed.
+    """
+    return reason in BUDGETED and reason is not Reason.LOST

@@ -17,8 +17,8 @@ from sqlalchemy import CursorResult, Result, select
 from sqlalchemy.orm import Session
 
 from sweepq.errors import UsageError
-from sweepq.layout import RootPaths
-from sweepq.queue.database import Database
+from sweepq.layout import CELLS_DIR, RootPaths
+from sweepq.queue.database import Database, DatabaseDamaged
 from sweepq.queue.models import AttemptRow, EventRow, SweepRow
 from sweepq.queue.rows import json_safe
 from sweepq.spec.sweep import Settings
@@ -47,22 +47,29 @@ class StoreBase:
         """Open a root's database, migrating it to this sweepq's schema.
 
         `create=False` refuses a folder that is not a sweep root (no database).
-        `database` replaces the root's own (Database.for_root).
+        `database` replaces the root's own (Database.for_root). A root whose
+        cells are on disk but whose queue is gone or damaged is refused: a new
+        queue would number attempts again from 1 (`sweepq repair` rebuilds it).
         """
         database = database or Database.for_root(root)
         if not database.exists():
+            _check_not_lost(root, database)
             if not create:
                 raise _not_a_root(root, database)
             root.mkdir(parents=True, exist_ok=True)
+        else:
+            _check_holds_queue(root, database)
         database.upgrade()
         return cls(root, database, clock)
 
     @classmethod
     def open_readonly(cls, root: Path, clock: Clock = utcnow, database: Database | None = None) -> Self:
-        """For read commands: never creates or migrates anything."""
-        database = database or Database.for_root(root)
+        """For read commands: never creates, migrates or writes anything (Database's read-only recipe)."""
+        database = (database or Database.for_root(root)).read_only()
         if not database.exists():
+            _check_not_lost(root, database)
             raise _not_a_root(root, database)
+        _check_holds_queue(root, database)
         database.check_current()
         return cls(root, database, clock)
 
@@ -120,6 +127,30 @@ class StoreBase:
 def rowcount(result: Result[Any]) -> int:
     """The rows a guarded UPDATE changed: 1 proves the change won, 0 is a lost race or an illegal move."""
     return cast("CursorResult[Any]", result).rowcount
+
+
+def cell_folders(root: Path) -> list[str]:
+    """The ids of the cell folders on disk (what a root's queue was about, whatever became of it)."""
+    cells = root / CELLS_DIR
+    return sorted(p.name for p in cells.iterdir() if p.is_dir()) if cells.is_dir() else []
+
+
+def _has_cells(root: Path) -> bool:
+    return bool(cell_folders(root))
+
+
+def _check_not_lost(root: Path, database: Database) -> None:
+    """A root with cell folders but no database lost its queue (deleted, or moved by hand)."""
+    path = database.path
+    if path is not None and _has_cells(root):
+        raise DatabaseDamaged(path, f"the file is missing, but {root} has cell folders")
+
+
+def _check_holds_queue(root: Path, database: Database) -> None:
+    """A database with no schema beside cell folders was emptied (truncated to nothing)."""
+    path = database.path
+    if path is not None and database.revision() is None and _has_cells(root):
+        raise DatabaseDamaged(path, f"it holds no queue ({path.stat().st_size} bytes), but {root} has cell folders")
 
 
 def _not_a_root(root: Path, database: Database) -> UsageError:

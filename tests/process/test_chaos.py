@@ -76,6 +76,8 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
         # generation's graceful stop), at a random moment of its training.
         wait_for(functools.partial(_training_or_ended, launch), timeout=120, what="a training process")
         time.sleep(rng.uniform(0.2, 3.0))
+        if launch.poll() is not None:
+            continue  # it ended meanwhile (checked at the top)
         procs = tree(launch.pid)
         runners = [p for p in procs if _is(p, "sweepq.execution.attempt")]
         workers = [p for p in procs if _is(p, " worker ")]

@@ -22,6 +22,9 @@ def exc(kind: Kind, step: int | None = None) -> Raised:
     return Raised(kind, kind.value, f"Traceback ...\n{kind.value}", step)
 
 
+FULL = Raised(Kind.DISK_FULL, "OSError", "Traceback ...\ndisk_full", disk="disk full on tmpfs (/mnt/x, 0 B free)")
+
+
 @dataclass(frozen=True)
 class Row:
     name: str
@@ -51,6 +54,11 @@ def rows() -> list[Row]:
         Row("MemoryError", Evidence(T, raised=exc(Kind.MEMORY_ERROR)), "oom", "memory_error raised in the training"),
         Row("CUDA OOM", Evidence(T, raised=exc(Kind.CUDA_OOM)), "oom"),
         Row("ValueError", Evidence(T, raised=exc(Kind.OTHER)), "error", None, {"error_tail": "Traceback ...\nother"}),
+        Row("disk full", Evidence(T, raised=FULL), "disk_full", None,
+            {"note": "disk full on tmpfs (/mnt/x, 0 B free)", "error_tail": "Traceback ...\ndisk_full"}),
+        Row("disk full while stopping: no emergency checkpoint", Evidence(T, raised=FULL, **stopping), "disk_full"),
+        Row("disk full after a NaN", Evidence(T, raised=FULL, nan_step=7), "nan"),
+        Row("program's Run on a full disk", Evidence(PR, raised=FULL), "disk_full", "disk full on tmpfs"),
         Row("returned after a NaN", Evidence(T, finished=True, nan_step=9), "nan", "step 9", {"nan_step": 9}),
         Row("returned early after a NaN and a stop", Evidence(T, finished=True, nan_step=9, **stopping), "nan"),
         Row("returned early after a stop", Evidence(T, finished=True, **stopping), "preempted",
@@ -85,6 +93,8 @@ def rows() -> list[Row]:
             "reported by the program, which exited with code 0", {"exit_code": 0}),
         Row("file names nan", Evidence(P, exit_code=1, report=Report(reason="nan", nan_step=12)), "nan", None,
             {"nan_step": 12}),
+        Row("file names disk_full", Evidence(P, exit_code=1, report=Report(reason="disk_full", note="disk full on X")),
+            "disk_full", "disk full on X"),
         Row("exit 0, file says completed",
             Evidence(P, exit_code=0, report=Report(reason="completed", metrics={"a": 1})), "completed", None,
             {"metrics": {"a": 1}}),
@@ -141,6 +151,8 @@ def rows() -> list[Row]:
         # -- the files of a dead attempt
         Row("receipt file", Evidence(X, account={"reason": "preempted", "note": "SIGTERM"}), "preempted",
             "SIGTERM; closed from its receipt file"),
+        Row("receipt of a full disk, not lost", Evidence(X, account={"reason": "disk_full", "note": "disk full on X"}),
+            "disk_full", "disk full on X; closed from its receipt file"),
         Row("receipt beats DONE.json", Evidence(X, account={"reason": "error"}, done={"step": 1}), "error"),
         Row("DONE.json", Evidence(X, done={"step": 40, "metrics": {"a": 1}}), "completed", "closed from DONE.json",
             {"end_step": 40, "metrics": {"a": 1}}),

@@ -47,6 +47,7 @@ def test_state_and_reason_names_are_the_contract() -> None:
         "data_error",
         "timeout",
         "cancelled",
+        "disk_full",
     }
 
 
@@ -116,5 +117,17 @@ def test_every_state_after_is_a_legal_move_from_running() -> None:
 
 
 def test_budgeted_reasons() -> None:
-    assert {Reason.LOST, Reason.OOM, Reason.NAN, Reason.ERROR, Reason.DATA_ERROR, Reason.TIMEOUT} == states.BUDGETED
+    budgeted = {Reason.LOST, Reason.OOM, Reason.NAN, Reason.ERROR, Reason.DATA_ERROR, Reason.TIMEOUT, Reason.DISK_FULL}
+    assert budgeted == states.BUDGETED
     assert Reason.PREEMPTED not in states.BUDGETED
+
+
+def test_a_full_disk_interrupts_with_its_own_budget_and_back_off() -> None:
+    """The machine's fault: the cell resumes (never failed by the first one), after a back-off."""
+    assert states.state_after(Reason.DISK_FULL, budget_left=True) is I
+    assert states.state_after(Reason.DISK_FULL, budget_left=False) is F
+    assert states.backs_off(Reason.DISK_FULL) and not states.backs_off(Reason.LOST)
+    assert states.budget_of(Reason.DISK_FULL, {"lost": 3}) == 10  # its own, whatever `retries:` says
+    assert states.budget_of(Reason.DISK_FULL, {"disk_full": 2}) == 2
+    assert states.budget_of(Reason.ERROR, {}) == 0
+    assert {Reason.DISK_FULL} == states.MACHINE_FAULTS

@@ -1,0 +1,75 @@
+"""A real small file system for tests: a tmpfs mounted on a folder, filled up and freed on demand.
+
+Mounting needs root; elsewhere `small_disk` skips with the reason (a full disk cannot be made
+with chmod). The fill takes every free byte, so the next write that needs room fails with
+ENOSPC exactly as on a disk that filled up; `free()` gives the room back.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+FILLER = ".filler"  # hidden: no listing of the sweep's folders sees it
+
+
+class SmallDisk:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def free_bytes(self) -> int:
+        st = os.statvfs(self.path)
+        return st.f_bavail * st.f_frsize
+
+    def fill(self) -> None:
+        """Take every free byte (a file written with fallocate, then topped up page by page)."""
+        fd = os.open(self.path / FILLER, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+        try:
+            if self.free_bytes:
+                try:
+                    os.posix_fallocate(fd, os.fstat(fd).st_size, self.free_bytes)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:  # something took a page meanwhile: the loop below finishes
+                        raise
+            block = b"\0" * 4096
+            while True:
+                try:
+                    os.write(fd, block)
+                except OSError as e:
+                    if e.errno == errno.ENOSPC:
+                        break
+                    raise
+        finally:
+            os.close(fd)
+        assert self.free_bytes == 0
+
+    def free(self) -> None:
+        (self.path / FILLER).unlink(missing_ok=True)
+
+    def remount(self, mode: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)], check=True, capture_output=True)
+
+
+@contextmanager
+def small_disk(path: Path, size: str) -> Iterator[SmallDisk]:
+    """A tmpfs of `size` ("4m") on `path`, unmounted afterwards; skips the test when it cannot mount."""
+    if os.geteuid() != 0:
+        pytest.skip("a full disk needs a small file system of its own: mounting a tmpfs needs root")
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield SmallDisk(path)
+    finally:
+        # Lazily: a process the test started may still hold a file there for a moment.
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
