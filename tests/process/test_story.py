@@ -21,6 +21,7 @@ from conftest import cli, cli_json, kill_tree, start, tree, wait_for, wait_gone,
 
 from sweepq.layout import CellPaths
 from sweepq.queue.lock import CellLock
+from sweepq.queue.store import Store
 
 SPEC = """
 name: story
@@ -59,6 +60,7 @@ def db_rows(root: Path, sql: str) -> list[tuple]:
 def test_reboot_mid_sweep_then_same_command(tmp_path: Path) -> None:
     spec = write(tmp_path / "story.yaml", SPEC)
     root = tmp_path / "runs" / "story"
+    Store.open(root, create=True).close()  # the root exists: the other machine works in it
     other_machine = [CellLock(CellPaths(root, c).lock) for c in ("2.5", "2.6")]
     assert all(lock.try_acquire() for lock in other_machine)
 
@@ -66,6 +68,7 @@ def test_reboot_mid_sweep_then_same_command(tmp_path: Path) -> None:
     frozen: set[str] = set()
 
     def mid_training() -> bool:
+        assert first.poll() is None, first.communicate()[0]
         # A slow cell is frozen (SIGSTOP) once it has committed step 30, so that it is still
         # mid-training when the quick cells are done, however slowly this machine runs them.
         for cell in {"2.2", "2.3"} - frozen:
