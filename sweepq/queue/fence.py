@@ -42,7 +42,7 @@ class Fence:
     database: Database = field(init=False)
 
     def __post_init__(self) -> None:
-        self.database = Database.for_root(self.root)
+        self.database = Database.for_root(self.root, readonly=True)  # asking never writes
 
     def check(self, what: str) -> None:
         """Raise Fenced, naming `what` was refused and why, unless this attempt still owns the cell."""
