@@ -33,8 +33,36 @@ def friendly(fn: F) -> F:
         except SweepqError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except Exception as e:
+            words = _disk_words(e, kwargs.get("spec"), kwargs.get("root"))
+            if words is None:
+                raise
+            click.echo(
+                f"error: {words}: sweepq could not write what this command needs. Free some space (or "
+                "remount the file system read-write), then run the same command again: nothing committed "
+                "was lost.",
+                err=True,
+            )
+            sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _disk_words(e: BaseException, spec: Any, root: Any) -> str | None:
+    """'disk full on ...' when `e` is the machine's disk refusing a write (a file, or the queue)."""
+    from sweepq.execution import diskfull  # only on this path: the CLI starts without it
+
+    found = diskfull.disk_error(e)
+    if found is not None:
+        return diskfull.describe(*found)
+    try:  # SQLite says "disk I/O error" as often as "full": ask the disk that holds the queue
+        from sweepq.cli.launch import resolve_root
+        from sweepq.queue.database import Database
+
+        db = Database.for_root(resolve_root(spec, root)).path
+    except Exception:
+        return None
+    return diskfull.database_full(e, db)
 
 
 def out() -> Console:

@@ -55,10 +55,10 @@ def resolve_root(spec: str | None, root: str | None) -> Path:
     if root:
         p = Path(root)
         if p.is_file() and p.suffix in (".yaml", ".yml"):
-            return default_root(load_sweep(p)).resolve()
-        return p.resolve()
+            return _resolved(default_root(load_sweep(p)))
+        return _resolved(p)
     if spec:
-        return default_root(load_sweep(spec)).resolve()
+        return _resolved(default_root(load_sweep(spec)))
     cwd = Path.cwd()
     if Database.for_root(cwd).exists():
         return cwd
@@ -66,6 +66,13 @@ def resolve_root(spec: str | None, root: str | None) -> Path:
         "no sweep root given and the current folder is not one: pass the sweep file, "
         "--root DIR, or run the command inside a sweep root"
     )
+
+
+def _resolved(root: Path) -> Path:
+    try:
+        return root.resolve()
+    except (RuntimeError, OSError) as e:  # a loop of symbolic links (RuntimeError before Python 3.13)
+        raise UsageError(f"the sweep root {root} cannot be used: {e}") from None
 
 
 def check_writable(root: Path) -> None:

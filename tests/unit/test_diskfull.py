@@ -171,3 +171,20 @@ def test_the_reaper_reads_a_receipt_that_says_disk_full(store: Store) -> None:
     assert cell.state is CellState.INTERRUPTED and cell.retry_after == T0 + timedelta(seconds=30)
     assert attempt is not None and attempt.note == "disk full on tmpfs (/mnt/x, 0 B free); closed from its receipt file"
     assert store.fault_notes() == {"1.1": attempt.note}
+
+
+def test_a_command_that_meets_a_full_disk_says_so_in_one_paragraph_and_exits_2(
+    disk: SmallDisk, sweep: Sweep, launch: Launch
+) -> None:
+    """A steering command (a short write to the queue) on a root whose disk is full: no traceback."""
+    from click.testing import CliRunner
+
+    from sweepq.cli.main import main
+
+    root = disk.path / "root"
+    launch(root, sweep).close()
+    disk.fill()
+    result = CliRunner().invoke(main, ["reset", "1.*", "--root", str(root)])
+    assert result.exit_code == 2, result.output
+    assert "disk full on tmpfs" in result.output and "run the same command again" in result.output
+    assert "Traceback" not in result.output
