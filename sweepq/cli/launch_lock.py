@@ -27,6 +27,7 @@ from sweepq.atomic import atomic_write_json, read_json
 from sweepq.cli import render
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
+from sweepq.queue.lock import names
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def _take(path: Path) -> int | None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     # Locked, and still the file the path names: a lock file deleted under its holder and made
     # again by this process would be a second, unheld lock.
-    if lock_descriptor(fd, blocking=False) and _names(fd, path):
+    if lock_descriptor(fd, blocking=False) and names(fd, path):
         return fd
     os.close(fd)
     return None
@@ -146,12 +147,3 @@ def _is_held(path: Path) -> bool:
         return not lock_descriptor(fd, blocking=False)
     finally:
         os.close(fd)
-
-
-def _names(fd: int, path: Path) -> bool:
-    try:
-        now = os.stat(path)
-    except OSError:
-        return False
-    held = os.fstat(fd)
-    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)

@@ -112,20 +112,7 @@ class StoreReads(StoreBase):
 
     def etas(self) -> dict[str, float]:
         """Seconds left for running cells, from their attempt's rate since it started."""
-        with self._read() as s:
-            q = (
-                select(
-                    CellRow.id,
-                    CellRow.step,
-                    CellRow.total_steps,
-                    CellRow.progress_at,
-                    AttemptRow.started_at,
-                    AttemptRow.start_step,
-                )
-                .join(AttemptRow, (AttemptRow.cell_id == CellRow.id) & (AttemptRow.number == CellRow.attempts))
-                .where(CellRow.state == CellState.RUNNING)
-            )
-            rows = list(s.execute(q))
+        rows = self._current_attempts()
         out = {}
         for r in rows:
             if not r.total_steps or r.step is None or r.progress_at is None:
@@ -175,6 +162,7 @@ class StoreReads(StoreBase):
                 select(
                     CellRow.id,
                     CellRow.step,
+                    CellRow.total_steps,
                     CellRow.progress_at,
                     AttemptRow.started_at,
                     AttemptRow.start_step,
