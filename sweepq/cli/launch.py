@@ -58,6 +58,8 @@ def resolve_root(spec: str | None, root: str | None) -> Path:
             return _resolved(default_root(load_sweep(p)))
         return _resolved(p)
     if spec:
+        if Path(spec).is_dir():  # `sweepq status runs/x`: a root where a sweep file may stand
+            return _resolved(Path(spec))
         return _resolved(default_root(load_sweep(spec)))
     cwd = Path.cwd()
     if Database.for_root(cwd).exists():

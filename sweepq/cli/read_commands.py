@@ -17,7 +17,7 @@ from sweepq.spec.sweep import select_cells
 
 
 @main.command()
-@click.argument("spec", required=False, type=click.Path(dir_okay=False))
+@click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]", type=click.Path())
 @root_option
 @json_option
 @click.option("--watch", is_flag=True, help="Refresh until the sweep has nothing left to run (or Ctrl-C).")
