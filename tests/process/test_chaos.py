@@ -81,7 +81,9 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
         procs = tree(launch.pid)
         runners = [p for p in procs if _is(p, "sweepq.execution.attempt")]
         workers = [p for p in procs if _is(p, " worker ")]
-        victim_kind = rng.choice(["training", "training", "worker", "launch", "everything", "sigstop", "locks"])
+        victim_kind = _owed(kills, runners) or rng.choice(
+            ["training", "training", "worker", "launch", "everything", "sigstop", "locks"]
+        )
         if victim_kind in ("sigstop", "locks"):
             kills.append(f"{victim_kind}:{_meddle(victim_kind, root, runners, rng)}")
             continue
@@ -136,8 +138,18 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
         assert shown["done"]["metrics"] == clean_done["metrics"], cell
     assert corrupt_events == 0
     assert len(kills) >= 10
+    assert any(k.startswith("sigstop:1") for k in kills) and any(k.startswith("locks") for k in kills), kills
     resumed = [a for a in cli_json("attempts", "--root", str(root)) if a["start_step"] > 0]
     assert resumed, f"no kill landed mid-training ({kills}); the test proved nothing"
+
+
+def _owed(kills: list[str], runners: list[psutil.Process]) -> str | None:
+    """Every run meddles at least once each way (a stopped trainer, deleted locks); the rest is drawn."""
+    if len(kills) >= 2 and runners and not any(k.startswith("sigstop:1") for k in kills):
+        return "sigstop"
+    if len(kills) >= 5 and not any(k.startswith("locks") for k in kills):
+        return "locks"
+    return None
 
 
 def _meddle(kind: str, root: Path, runners: list[psutil.Process], rng: random.Random) -> int:
