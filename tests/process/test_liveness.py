@@ -147,7 +147,9 @@ def test_resume_under_changed_code_or_data_warns_and_records_it(sweep_dir: Path)
 
 
 def test_cancel_of_a_running_cell_preempts_it_first(sweep_dir: Path) -> None:
-    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 0"))
+    # A cell far longer than any wait here: only the cancel can end it, however slow the machine.
+    text = SPEC.replace("stop_delay: 3.0", "stop_delay: 0").replace("steps: 200,", "steps: 1000000,")
+    spec = write(sweep_dir / "live.yaml", text)
     root = sweep_dir / "runs" / "live"
     a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
     wait_for(
