@@ -18,29 +18,26 @@ if __name__ == "__main__":
     # SIGTERM during start-up must be a preemption, not a death.
     signals.install()
 
-import importlib
 import os
 import resource
+import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from sweepq.checkpoint import marker, storage
-from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
-from sweepq.evidence import Evidence, Witness
+from sweepq.checkpoint.fenced import FencedStorage
 from sweepq.execution import fingerprint, program
 from sweepq.execution.attempt_spec import AttemptSpec
 from sweepq.execution.channel import Channel
 from sweepq.execution.diskfull import Reserve, disk_error, guard_streams, write_receipt
 from sweepq.execution.errors import raised
+from sweepq.execution.judge import Trained, judged
 from sweepq.execution.messages import Ended, Started
-from sweepq.execution.metrics import plain
 from sweepq.execution.procs import die_with_parent, orphaned
-from sweepq.execution.run import Run
 from sweepq.layout import CellPaths
-from sweepq.outcome import EXIT_PREEMPTED, decide
+from sweepq.outcome import EXIT_PREEMPTED
 from sweepq.queue import liveness
 from sweepq.queue.fence import Fence, Fenced
 from sweepq.queue.records import Outcome
@@ -51,98 +48,39 @@ EXIT_CODES = {Reason.COMPLETED: 0, Reason.PREEMPTED: EXIT_PREEMPTED}  # EX_TEMPF
 
 
 def gpus_seen() -> list[dict[str, Any]]:
-    import torch
-
-    if not torch.cuda.is_available():
+    """The GPUs this attempt may use. A program cell's supervisor never loads torch (its program
+    does): it counts the devices CUDA_VISIBLE_DEVICES names, or those nvidia-smi lists."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if not torch.cuda.is_available():
+            return []
+        return [{"index": i, "name": torch.cuda.get_device_name(i)} for i in range(torch.cuda.device_count())]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [{"index": i, "name": None} for i, d in enumerate(visible.split(",")) if d.strip() not in ("", "-1")]
+    try:
+        listed = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
         return []
-    return [{"index": i, "name": torch.cuda.get_device_name(i)} for i in range(torch.cuda.device_count())]
+    rows = [line.split(",", 1) for line in listed.stdout.splitlines() if "," in line] if listed.returncode == 0 else []
+    return [{"index": int(i), "name": name.strip()} for i, name in rows if i.strip().isdigit()]
 
 
 def peak_memory() -> tuple[int, int | None]:
-    import torch
-
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    torch = sys.modules.get("torch")  # loaded by train cells only
     gpu = None
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         gpu = sum(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count()))
     return rss, gpu
 
 
-def import_entry(train: str, spec_dir: str) -> Any:
-    """Import `module:function` with the sweep file's folder first on sys.path."""
-    module_name, _, func_name = train.partition(":")
-    if spec_dir not in sys.path:
-        sys.path.insert(0, spec_dir)
-    module = importlib.import_module(module_name)
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise AttributeError(f"{module_name} has no function {func_name!r} (from train: {train})")
-    return func
-
-
-def run_train(
-    spec: AttemptSpec, settings: Settings, channel: Channel, fence: FenceCheck | None = None
-) -> tuple[Outcome, Run | None]:
-    run: Run | None = None
-    try:
-        func = import_entry(settings.train or "", settings.spec_dir)
-        run = Run(spec, channel, fence)
-        result = func(dict(spec.cfg), run)
-    except BaseException as e:
-        if run is not None:
-            _close_quietly(run)
-        return _judged(run, raised=raised(e)), run
-    outcome = _judged(run, finished=True, metrics=_metrics(result))
-    if outcome.reason != Reason.COMPLETED:
-        failed = _close_quietly(run)  # a full disk refused the emergency checkpoint: say so
-        if failed is not None and disk_error(failed) is not None:
-            return _judged(run, raised=raised(failed)), run
-        return outcome, run
-    try:
-        run.close(completed=True)  # the final checkpoint: its failure is the attempt's
-    except Exception as e:
-        traceback.print_exc()
-        return _judged(run, raised=raised(e)), run
-    return outcome, run
-
-
-def _judged(run: Run | None, **seen: Any) -> Outcome:
-    """How training ended, by the rules of sweepq.outcome (Witness.TRAINING)."""
-    total = run.total_steps if run is not None else None
-    outcome = decide(
-        Evidence(
-            Witness.TRAINING,
-            nan_step=run.nan_step if run is not None else None,
-            reached_end=run is not None and total is not None and run.last_step >= total,
-            step=run.last_step if run is not None else None,
-            total_steps=total,
-            stop_requested=signals.requested(),
-            stop_signal=signals.first_signal(),
-            **seen,
-        )
-    )
-    assert outcome is not None  # training evidence always has a verdict
-    return outcome
-
-
-def _close_quietly(run: Run) -> Exception | None:
-    try:
-        run.close(completed=False)
-    except Exception as e:
-        traceback.print_exc()
-        return e
-    return None
-
-
-def _metrics(result: Any) -> dict[str, Any] | None:
-    if result is None:
-        return None
-    if isinstance(result, dict):
-        return plain(result)
-    return {"result": str(result)}
-
-
-def finish_done(spec: AttemptSpec, run: Run | program.ProgramRun | None, outcome: Outcome, fence: Fence) -> Outcome:
+def finish_done(spec: AttemptSpec, run: Trained | program.ProgramRun | None, outcome: Outcome, fence: Fence) -> Outcome:
     """The marker goes down after the final checkpoint and before anyone tells the database.
 
     Fenced: an attempt that lost its cell meanwhile writes no marker, and its
@@ -152,12 +90,12 @@ def finish_done(spec: AttemptSpec, run: Run | program.ProgramRun | None, outcome
         fence.check("DONE.json")
     except Fenced as e:
         print(f"sweepq: {e}", file=sys.stderr, flush=True)
-        return _judged(run if isinstance(run, Run) else None, raised=raised(e))
+        return judged(None if isinstance(run, program.ProgramRun) else run, raised=raised(e))
     _write_done(spec, run, outcome)
     return outcome
 
 
-def _write_done(spec: AttemptSpec, run: Run | program.ProgramRun | None, outcome: Outcome) -> None:
+def _write_done(spec: AttemptSpec, run: Trained | program.ProgramRun | None, outcome: Outcome) -> None:
     paths = CellPaths(Path(spec.root), spec.cell)
     newest = run.newest_committed() if run is not None else None
     newest_step = newest[0] if newest else _newest_on_disk(paths)
@@ -208,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     reserve = Reserve.beside(paths.receipt(spec.attempt))  # room for the receipt should the disk fill up
     FencedStorage(storage.for_cell(paths), fence.check).clean_partial()
     started_here = time.monotonic()  # when the worker did not say when it started us
+    if settings.train:
+        from sweepq.execution import training  # torch and the user's code: only train cells load them
     gpus = gpus_seen()
     spec.fingerprints = {
         "code": fingerprint.code(settings.train, settings.program, settings.spec_dir),
@@ -222,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             data_fingerprint=spec.fingerprints["data"],
         )
     )
-    run: Run | program.ProgramRun | None
+    run: Trained | program.ProgramRun | None
     if settings.train:
-        outcome, run = run_train(spec, settings, channel, fence.check)
+        outcome, run = training.run_train(spec, settings, channel, fence.check)
     else:
         outcome, run = program.run_program(spec, settings, channel)
     if outcome.reason == Reason.COMPLETED:
@@ -233,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:  # a full disk refused DONE.json: the next attempt only writes it
             if disk_error(e) is None:
                 raise
-            outcome = _judged(run if isinstance(run, Run) else None, raised=raised(e))
+            outcome = judged(None if isinstance(run, program.ProgramRun) else run, raised=raised(e))
     rss, gpu_peak = peak_memory()
     outcome.pid = os.getpid()
     outcome.gpus = gpus

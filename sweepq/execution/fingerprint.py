@@ -7,6 +7,7 @@ has an answer a week later, and a resume under different code or data warns.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -19,15 +20,24 @@ from sweepq.version import __version__
 
 
 def environment() -> dict[str, Any]:
-    import torch
-
     return {
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": _torch_version(),
         "sweepq": __version__,
         "platform": platform.platform(),
         "executable": sys.executable,
     }
+
+
+def _torch_version() -> str | None:
+    """Without importing torch where it is not loaded (a program cell's supervisor)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def git_commit(folder: Path) -> dict[str, Any] | None:

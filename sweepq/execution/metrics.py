@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
-
-import torch
 
 from sweepq.execution.errors import NonFiniteLoss
 from sweepq.spec.sweep import Metric
@@ -13,7 +12,8 @@ from sweepq.spec.sweep import Metric
 
 def scalar(v: Any) -> Any:
     """A tensor or numpy value as a plain Python number (or list), for JSON."""
-    if isinstance(v, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is loaded; a supervisor never loads it
+    if torch is not None and isinstance(v, torch.Tensor):
         v = v.detach()
         return v.item() if v.numel() == 1 else v.tolist()
     if hasattr(v, "item") and callable(v.item):

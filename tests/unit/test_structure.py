@@ -191,10 +191,15 @@ PROBE = """
 import json, sys
 import sweepq.cli.main
 cli_imports_torch = "torch" in sys.modules
+# What the attempt process of a program cell runs before and after its program: no torch either.
+from sweepq.execution import attempt, fingerprint, metrics, program
+attempt.gpus_seen(), attempt.peak_memory(), fingerprint.environment(), metrics.plain({"loss": 1.0})
+supervisor_imports_torch = "torch" in sys.modules
 import sweepq
 api = {name: f"{getattr(sweepq, name).__module__}.{getattr(sweepq, name).__qualname__}" for name in sweepq.__all__
        if name != "__version__"}
-print(json.dumps({"cli_imports_torch": cli_imports_torch, "api": api}))
+print(json.dumps({"cli_imports_torch": cli_imports_torch, "supervisor_imports_torch": supervisor_imports_torch,
+                  "api": api}))
 """
 
 
@@ -209,6 +214,11 @@ def fresh_interpreter() -> dict[str, object]:
 
 def test_cli_does_not_import_torch(fresh_interpreter: dict[str, object]) -> None:
     assert fresh_interpreter["cli_imports_torch"] is False
+
+
+def test_a_program_cells_supervisor_does_not_import_torch(fresh_interpreter: dict[str, object]) -> None:
+    """The attempt process of a `program:` cell only watches its program: loading torch would cost it ~2 CPU-s."""
+    assert fresh_interpreter["supervisor_imports_torch"] is False
 
 
 def test_public_api_resolves(fresh_interpreter: dict[str, object]) -> None:
