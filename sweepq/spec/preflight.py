@@ -9,6 +9,7 @@ and failing in every cell:
   folder, whose files sweepq would mix with its own;
 * every cell's command line is one that Linux can start: no argument holding a
   NUL byte, none over MAX_ARG_STRLEN, the whole line well under ARG_MAX;
+* `train: module:function` names a function its module defines (read, not imported: entry.py);
 * the program it runs exists: `program:` relative to the sweep file's folder
   (or a command on PATH), and the executable of the command as `execvp` finds it.
 
@@ -27,11 +28,13 @@ import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from sweepq.errors import SpecError, UsageError
 from sweepq.layout import RootPaths, default_root_beside
 from sweepq.spec.command import DEFAULT_COMMAND, ENV_BINARY, flat_items, render_command
+from sweepq.spec.entry import train_entry_problem
 from sweepq.spec.types import CellSpec, Sweep
 
 #: Linux's MAX_ARG_STRLEN (32 pages of 4 KiB) holds one argument and its final NUL.
@@ -52,22 +55,34 @@ class Preflight:
 
 
 def preflight(
-    sweep: Sweep, filename: str, root: str | None = None, environ: Mapping[str, str] = os.environ
+    sweep: Sweep,
+    filename: str,
+    root: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+    *,
+    check_entry: bool = False,
 ) -> Preflight:
     """Check that `sweep` can run here (raises UsageError or SpecError); its root and shown commands.
 
     `filename` names the sweep file in messages, as the user wrote it; `root`
-    is a --root given on the command line.
+    is a --root given on the command line. `check_entry` (launch) also reads the
+    `train:` module for its function; `plan` leaves it out, so a sweep can be
+    previewed where its code is not.
     """
     checked = Preflight(sweep_root(sweep, filename, root))
     settings = sweep.settings
+    if settings.train and check_entry:
+        problem = train_entry_problem(settings.train, settings.spec_dir)
+        if problem is not None:
+            raise SpecError(f"{filename}: train: {settings.train}: {problem}, so no cell could start.")
     if settings.program is None and settings.form != "wandb":
         return checked
     cells = RootPaths(checked.root)
     for cell in sweep.cells:
-        args = str(cells.cell(cell.id).args)
-        argv = render_command(settings, cell.cfg, args_json_file=args, environ=environ)
-        shown = render_command(settings, cell.cfg, args_json_file=args, environ=environ, shown=True)
+        paths = cells.cell(cell.id)
+        render = partial(render_command, settings, cell.cfg, args_json_file=str(paths.args), environ=environ)
+        argv = render(cell_dir=str(paths.dir), output_dir=str(paths.output))
+        shown = render(cell_dir=str(paths.dir), output_dir=str(paths.output), shown=True)
         _check_argv(filename, cell, argv, shown)
         if not checked.commands:  # every cell runs the same executable and program
             _check_program(sweep, filename, argv, environ)
