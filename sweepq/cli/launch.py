@@ -100,7 +100,7 @@ class Prepared:
 def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
     """Everything that can fail on bad input, before anything is written."""
     sweep = load_sweep(spec)
-    target = preflight(sweep, spec, root).root  # root, program and command lines checked, as plan does
+    target = preflight(sweep, spec, root, check_entry=True).root  # as plan does, and the train: function
     check_writable(target)
     existing: dict[str, tuple[str, dict[str, Any], bool]] = {}
     database = Database.for_root(target)
