@@ -67,7 +67,18 @@ class Report:
     error_tail: str | None = None
     nan_step: int | None = None
     metrics: dict[str, Any] | None = None
-    written_by: str | None = None
+    written_by: str | None = None  # "sweepq.Run" for the file a program's Run writes
+    end_step: int | None = None  # a Run's last step trained
+    total_steps: int | None = None  # a Run's declared last step (run.set_total), None when it declared none
+
+    @property
+    def by_run(self) -> bool:
+        return self.written_by == "sweepq.Run"
+
+    @property
+    def reached_end(self) -> bool:
+        """A Run's last step trained is its declared last one."""
+        return self.end_step is not None and self.total_steps is not None and self.end_step >= self.total_steps
 
     @classmethod
     def parse(cls, d: Mapping[str, Any]) -> Report:
@@ -82,6 +93,8 @@ class Report:
             nan_step=as_int(d.get("nan_step")),
             metrics=metrics,
             written_by=as_text(d.get("written_by")),
+            end_step=as_int(d.get("end_step")),
+            total_steps=as_int(d.get("total_steps")),
         )
 
 
@@ -106,6 +119,7 @@ class Evidence:
     report: Report | None = None  # PROGRAM: the program's outcome file
     stop_forwarded: bool = False  # PROGRAM: a stop was forwarded to the program as SIGTERM
     killed_after_grace: bool = False  # PROGRAM: SIGKILLed by its attempt after the grace period
+    reported_only: bool = False  # PROGRAM: `done_when: reported`: only a reported completion is done
     grace_seconds: float = 0.0
     oom: tuple[bool, str] | None = None  # memory.judge_sigkill's (verdict, evidence) on a SIGKILL
     # -- the worker's knowledge (WORKER); the files (REAPER)
@@ -121,6 +135,16 @@ class Evidence:
     @property
     def stop_name(self) -> str:
         return signame(self.stop_signal) if self.stop_signal else "a signal"
+
+    @property
+    def status(self) -> str:
+        """How the process ended, in words: "killed by SIGSEGV", "exited with code 1"."""
+        return f"killed by {signame(self.signal)}" if self.signal else f"exited with code {self.exit_code}"
+
+    @property
+    def forwarded(self) -> str:
+        """The stop signal a PROGRAM's attempt forwarded, in words."""
+        return f"{signame(self.stop_signal)} (forwarded as SIGTERM)" if self.stop_signal else "SIGTERM"
 
 
 def signame(sig: int | None) -> str:

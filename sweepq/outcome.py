@@ -127,14 +127,6 @@ def _finished_early(e: Evidence) -> Outcome:
     return Outcome(Reason.PREEMPTED, note=note)
 
 
-def _completed(e: Evidence) -> Outcome:
-    return Outcome(Reason.COMPLETED, metrics=None if e.metrics is None else dict(e.metrics))
-
-
-def _stopped_without_finish(e: Evidence) -> Outcome:
-    return Outcome(Reason.PREEMPTED, note=f"{e.stop_name} received; the program stopped at step {e.step}")
-
-
 def _while_stopping(e: Evidence) -> bool:
     return _raised(e) and e.stop_requested and not _raised(e, *_UNSTOPPABLE)
 
@@ -159,9 +151,11 @@ TRAINING_RULES = (
          lambda e: e.finished and e.nan_step is not None, _nan),
     Rule("finished after a stop, short of the declared end", _CODE,
          lambda e: e.finished and e.stop_requested and not e.reached_end, _finished_early),
-    Rule("finished", _CODE, lambda e: e.finished, _completed),
+    Rule("finished", _CODE, lambda e: e.finished,
+         lambda e: Outcome(Reason.COMPLETED, metrics=None if e.metrics is None else dict(e.metrics))),
     Rule("exits without run.finish() after a non-finite loss", _RUN, lambda e: e.nan_step is not None, _nan),
-    Rule("exits without run.finish() after a stop", _RUN, lambda e: e.stop_requested, _stopped_without_finish),
+    Rule("exits without run.finish() after a stop", _RUN, lambda e: e.stop_requested,
+         lambda e: Outcome(Reason.PREEMPTED, note=f"{e.stop_name} received; the program stopped at step {e.step}")),
     Rule("exits without run.finish(): the exit status decides", _RUN, lambda e: True, lambda e: None),
 )
 # fmt: on
@@ -185,14 +179,6 @@ def _said(e: Evidence) -> Report:
     return e.report or Report()
 
 
-def _status(e: Evidence) -> str:
-    return f"killed by {signame(e.signal)}" if e.signal else f"exited with code {e.exit_code}"
-
-
-def _forwarded(e: Evidence) -> str:
-    return f"{signame(e.stop_signal)} (forwarded as SIGTERM)" if e.stop_signal else "SIGTERM"
-
-
 def _stop_exit(e: Evidence) -> bool:
     code = e.exit_code or 0
     by_stop_signal = e.signal in STOP_SIGNALS or (code > 128 and code - 128 in STOP_SIGNALS)
@@ -205,11 +191,8 @@ def _not_started(e: Evidence) -> Outcome:
 
 
 def _killed_after_grace(e: Evidence) -> Outcome:
-    return Outcome(
-        Reason.PREEMPTED,
-        note=f"the program did not stop within {e.grace_seconds:.0f} s "
-        "after SIGTERM and was killed (no emergency checkpoint)",
-    )
+    note = f"the program did not stop within {e.grace_seconds:.0f} s after SIGTERM and was killed"
+    return Outcome(Reason.PREEMPTED, note=note + " (no emergency checkpoint)")
 
 
 def _program_killed(e: Evidence) -> Outcome:
@@ -220,39 +203,48 @@ def _program_killed(e: Evidence) -> Outcome:
 
 def _reported_failure(e: Evidence) -> Outcome:
     r = _said(e)
-    note = r.note or f"reported by the program, which {_status(e)}"
+    note = r.note or f"reported by the program, which {e.status}"
     return Outcome(_reported(e) or Reason.ERROR, note=note, error_tail=r.error_tail, nan_step=r.nan_step)
 
 
-def _reported_completed(e: Evidence) -> Outcome:
-    return Outcome(Reason.COMPLETED, metrics=_said(e).metrics, note=_said(e).note)
+def _completed_on(evidence: str) -> Callable[[Evidence], Outcome]:
+    """A completion noting on what evidence it was decided (then the program's own note)."""
+
+    def then(e: Evidence) -> Outcome:
+        notes = (f"completed: {evidence.format(e=_said(e))}", _said(e).note)
+        return Outcome(Reason.COMPLETED, metrics=_said(e).metrics, note="; ".join(n for n in notes if n))
+
+    return then
 
 
 def _exited_0_stopped(e: Evidence) -> Outcome:
-    note = _said(e).note or f"the program exited 0 after {_forwarded(e)} without calling run.finish()"
-    return Outcome(Reason.PREEMPTED, note=note)
+    how = f"after {e.forwarded}" if e.stop_forwarded else f"while sweepq was stopping it ({e.stop_name})"
+    note = f"the program exited 0 {how} without reporting completion: not done"
+    return Outcome(Reason.PREEMPTED, note=_said(e).note or note)
 
 
-def _exited_0(e: Evidence) -> Outcome:
+_NOT_REPORTED = "not done: the program exited 0 without reporting completion (done_when: reported counts only "
+_NOT_REPORTED += 'run.finish() or {"reason": "completed"} in $SWEEPQ_OUTCOME_FILE)'
+
+
+def _run_short_of_its_end(e: Evidence) -> Outcome:
     r = _said(e)
-    note = r.note
-    if e.report is not None and note is None and r.written_by == "sweepq.Run":
-        note = "the program exited 0 without calling run.finish(): no final metrics"
-    return Outcome(Reason.COMPLETED, metrics=r.metrics, note=note)
+    of = f" of {r.total_steps}" if r.total_steps is not None else " (its Run declared no total: run.set_total)"
+    note = (
+        f"not done: the program exited 0 at step {r.end_step}{of} without calling run.finish() and without a stop"
+        " signal sweepq saw (a signal handler of its own, or an early exit); call run.finish() at the end"
+    )
+    return Outcome(Reason.ERROR, note=note)
 
 
 def _stopped(e: Evidence) -> Outcome:
-    how = f"the program {_status(e)}" + (f" after {_forwarded(e)}" if e.stop_forwarded else "")
+    how = f"the program {e.status}" + (f" after {e.forwarded}" if e.stop_forwarded else "")
     return Outcome(Reason.PREEMPTED, note=_said(e).note or how)
 
 
 def _failed(e: Evidence) -> Outcome:
     after = " after calling run.finish()" if _reported(e) is Reason.COMPLETED else ""
-    return Outcome(Reason.ERROR, note=f"the program {_status(e)}{after}", error_tail=_said(e).error_tail)
-
-
-def _stop_before_start(e: Evidence) -> Outcome:
-    return Outcome(Reason.PREEMPTED, note=f"{e.stop_name} arrived before the program started")
+    return Outcome(Reason.ERROR, note=f"the program {e.status}{after}", error_tail=_said(e).error_tail)
 
 
 def _sigkill(e: Evidence) -> bool:
@@ -263,16 +255,30 @@ def _sigkill(e: Evidence) -> bool:
 PROGRAM_RULES = (
     Rule("could not be started", _PROGRAM, lambda e: e.start_failure is not None, _not_started),
     Rule("a stop arrived before it started", _PROGRAM,
-         lambda e: e.exit_code is None and e.stop_requested, _stop_before_start),
+         lambda e: e.exit_code is None and e.stop_requested,
+         lambda e: Outcome(Reason.PREEMPTED, note=f"{e.stop_name} arrived before the program started")),
     Rule("SIGKILLed by its attempt after the grace period", _PROGRAM,
          lambda e: _sigkill(e) and e.killed_after_grace, _killed_after_grace),
     Rule("SIGKILLed from outside: oom on kernel evidence, else lost", _PROGRAM, _sigkill, _program_killed),
     Rule("its outcome file names a failure", _PROGRAM, lambda e: _reported(e) in FAILURES, _reported_failure),
-    Rule("exit 0, its file says completed", _PROGRAM,
-         lambda e: e.exit_code == 0 and _reported(e) is Reason.COMPLETED, _reported_completed),
-    Rule("exit 0 after a forwarded stop, or its file says preempted", _PROGRAM,
-         lambda e: e.exit_code == 0 and (e.stop_forwarded or _reported(e) is Reason.PREEMPTED), _exited_0_stopped),
-    Rule("exit 0", _PROGRAM, lambda e: e.exit_code == 0, _exited_0),
+    Rule("exit 0, its file says completed (run.finish())", _PROGRAM,
+         lambda e: e.exit_code == 0 and _reported(e) is Reason.COMPLETED,
+         _completed_on("the program reported completion")),
+    Rule("exit 0 after a stop signal reached the attempt, or its file says preempted", _PROGRAM,
+         lambda e: e.exit_code == 0 and (e.stop_requested or e.stop_forwarded or _reported(e) is Reason.PREEMPTED),
+         _exited_0_stopped),
+    Rule("exit 0 without a reported completion, under done_when: reported", _PROGRAM,
+         lambda e: e.exit_code == 0 and e.reported_only, lambda e: Outcome(Reason.ERROR, note=_NOT_REPORTED)),
+    Rule("exit 0, its Run neither finished nor reached its declared end", _PROGRAM,
+         lambda e: e.exit_code == 0 and _said(e).by_run and not _said(e).reached_end, _run_short_of_its_end),
+    Rule("exit 0, its Run at its declared end", _PROGRAM,
+         lambda e: e.exit_code == 0 and _said(e).by_run,
+         _completed_on("exit status 0 at the declared last step {e.end_step} (no run.finish(): no final metrics)")),
+    Rule("exit 0, no Run: a program that does not report to sweepq", _PROGRAM,
+         lambda e: e.exit_code == 0 and e.report is None,
+         _completed_on("exit status 0 (the program does not report to sweepq)")),
+    Rule("exit 0, its own outcome file, which names no reason", _PROGRAM,
+         lambda e: e.exit_code == 0, _completed_on("exit status 0 (its outcome file does not say completed)")),
     Rule("exit 75, by a stop signal (or 128 + it), a forwarded stop, or its file says preempted", _PROGRAM,
          _stop_exit, _stopped),
     Rule("any other exit code or signal", _PROGRAM, lambda e: e.exit_code is not None, _failed),

@@ -9,7 +9,10 @@ it, watches it and tells how it ended:
 * How the attempt ended comes from the program's exit status and, when there
   is one, the outcome file the program wrote (`Run.from_env()` writes it
   itself, see reporter.py; any program may write it: OUTCOME_KEYS), judged by
-  the rules of sweepq.outcome (Witness.PROGRAM).
+  the rules of sweepq.outcome (Witness.PROGRAM). An exit 0 is done only on
+  evidence that the program finished: a reported completion, its Run at its
+  declared end, or, for a program that does not report, no stop signal seen
+  by this attempt (`done_when: reported` asks for a reported completion).
 
 The attempt process then exits the way the program did (`exit_like`), so the
 receipt's exit_code / exit_signal are the program's.
@@ -52,6 +55,7 @@ OUTCOME_KEYS = (
     "error_tail",
     "nan_step",
     "end_step",
+    "total_steps",
     "start_step",
     "start_checkpoint_sha",
     "epoch",
@@ -87,7 +91,7 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
     before = OomCounters.read()
     try:
         proc = subprocess.Popen(
-            launch.popen_argv(), cwd=settings.spec_dir, env=launch.env, pass_fds=launch.fds, stdin=subprocess.DEVNULL
+            launch.popen_argv(), cwd=launch.cwd, env=launch.env, pass_fds=launch.fds, stdin=subprocess.DEVNULL
         )
     except OSError as e:
         argv0 = launch.argv[0]
@@ -96,7 +100,12 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
     peak = int(rusage.ru_maxrss) * 1024
     report = read_outcome(paths.outcome(spec.attempt))
     outcome = classify_exit(
-        os.waitstatus_to_exitcode(status), report, stopped=forwarded, killed_by_us=killed, oom_evidence=(before, peak)
+        os.waitstatus_to_exitcode(status),
+        report,
+        stopped=forwarded,
+        killed_by_us=killed,
+        oom_evidence=(before, peak),
+        reported_only=settings.done_when == "reported",
     )
     outcome.peak_memory_bytes = peak
     if outcome.reason in FAILURES | {Reason.LOST} and not outcome.error_tail:
@@ -147,12 +156,13 @@ def classify_exit(
     stopped: bool,
     killed_by_us: bool = False,
     oom_evidence: tuple[OomCounters, int | None] | None = None,
+    reported_only: bool = False,
 ) -> Outcome:
     """How an attempt ended, from the program's exit status and its outcome file (if any).
 
     code: os.waitstatus_to_exitcode (negative for a signal); stopped: sweepq
-    forwarded a stop signal; killed_by_us: the program outlived the grace period.
-    The rules are sweepq.outcome's PROGRAM_RULES.
+    forwarded a stop signal; killed_by_us: the program outlived the grace period;
+    reported_only: `done_when: reported`. The rules are sweepq.outcome's PROGRAM_RULES.
     """
     evidence = Evidence(
         Witness.PROGRAM,
@@ -163,6 +173,7 @@ def classify_exit(
         stop_forwarded=stopped,
         killed_after_grace=killed_by_us,
         grace_seconds=grace_seconds(),
+        reported_only=reported_only,
     )
     if evidence.signal == signal.SIGKILL and not killed_by_us and oom_evidence is not None:
         before, peak = oom_evidence

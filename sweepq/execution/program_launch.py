@@ -9,6 +9,13 @@ The attempt process (program.py) starts the user's program as its child:
   program), the channel to the worker (so `Run.from_env()` reports progress
   and checkpoints like in-process training), and the attempt's stdout.log and
   stderr.log.
+* It runs in its working directory (`workdir:`): by default the cell's own
+  output folder, so that relative outputs of cells running at once never
+  collide (`--save model.pt`, `./lightning_logs`), while what the command
+  names relative to the sweep file's folder still resolves: such arguments
+  are passed as absolute paths (`from_sweep_dir`), and that folder is on
+  PYTHONPATH (`python -m pkg.train`). With `workdir: sweep` every cell runs
+  in the sweep file's folder and the command is passed as rendered.
 * It dies at once (SIGKILL) if the attempt process dies, like in-process
   training would (the launcher, _EXEC).
 """
@@ -20,6 +27,7 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from sweepq.atomic import atomic_write_bytes, atomic_write_json
@@ -29,7 +37,7 @@ from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.channel import ENV_FD as ENV_CHANNEL_FD
 from sweepq.layout import CellPaths
 from sweepq.queue import liveness
-from sweepq.spec.command import args_json, render_command
+from sweepq.spec.command import ENV_BINARY, args_json, render_command
 from sweepq.spec.sweep import Settings
 
 #: The environment a program sees (documented in docs/byo.md; names are a contract).
@@ -39,6 +47,7 @@ ENV = {
     "attempt": "SWEEPQ_ATTEMPT",  # the attempt number, 1 for the first
     "previous_reason": "SWEEPQ_PREVIOUS_REASON",  # how the previous attempt ended ("" on the first)
     "cfg_file": "SWEEPQ_CFG_FILE",  # the cell's cfg as JSON
+    "sweep_dir": "SWEEPQ_SWEEP_DIR",  # the sweep file's folder: where relative paths of the sweep file start
     "cell_dir": "SWEEPQ_CELL_DIR",  # cells/<cell>/
     "output_dir": "SWEEPQ_OUTPUT_DIR",  # cells/<cell>/output/: the program's own files, kept across attempts
     "checkpoint_dir": "SWEEPQ_CHECKPOINT_DIR",  # cells/<cell>/checkpoints/: sweepq's committed checkpoints
@@ -87,10 +96,11 @@ def resume_checkpoint(spec: AttemptSpec, paths: CellPaths) -> str:
     return ""
 
 
-def program_env(spec: AttemptSpec, paths: CellPaths) -> dict[str, str]:
+def program_env(spec: AttemptSpec, paths: CellPaths, sweep_dir: str) -> dict[str, str]:
     """The SWEEPQ_* variables of one attempt (see ENV)."""
     return {
         ENV["root"]: str(spec.root),
+        ENV["sweep_dir"]: sweep_dir,
         ENV["cell"]: spec.cell,
         ENV["attempt"]: str(spec.attempt),
         ENV["previous_reason"]: spec.previous_reason or "",
@@ -116,6 +126,7 @@ class Launch:
     argv: list[str]  # the command as shown (for people: shell_join)
     env: dict[str, str]
     fds: tuple[int, ...]  # the descriptors it inherits
+    cwd: str  # its working directory (`workdir:`)
     exec_argv: list[str] = field(repr=False, default_factory=list)  # the command as the program gets it
 
     def popen_argv(self) -> list[str]:
@@ -134,12 +145,19 @@ def prepare(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> Launch:
     args_file = paths.args  # what ${args_json_file} stands for (as `sweepq plan` shows)
     atomic_write_bytes(args_file, args_json(spec.cfg).encode())
     paths.outcome(spec.attempt).unlink(missing_ok=True)
-    argv = render_command(settings, spec.cfg, args_json_file=str(args_file), environ=os.environ)
-    shown = render_command(settings, spec.cfg, args_json_file=str(args_file), environ=os.environ, shown=True)
+    render = partial(render_command, settings, spec.cfg, args_json_file=str(args_file), environ=os.environ)
+    argv = render(cell_dir=str(paths.dir), output_dir=str(paths.output))
+    shown = render(cell_dir=str(paths.dir), output_dir=str(paths.output), shown=True)
     env = dict(os.environ)
-    env.update(program_env(spec, paths))
+    env.update(program_env(spec, paths, settings.spec_dir))
     # `python` in a command is the interpreter sweepq runs under (as in an activated venv).
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    cwd = settings.spec_dir
+    if settings.workdir == "output":
+        cwd = str(paths.output)
+        argv, shown = from_sweep_dir(argv, shown, settings.spec_dir, cwd)
+        # `python -m pkg.train` imports from the working directory: the sweep folder's modules still import.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), settings.spec_dir) if p)
     attempt_file = paths.attempt_file(spec.attempt)
     spec.save(attempt_file)  # now with fingerprints, for Run.from_env()
     env[ENV_ATTEMPT_FILE] = str(attempt_file)
@@ -148,12 +166,66 @@ def prepare(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> Launch:
     handoff = owner.handoff() if owner is not None else liveness.Handoff()
     env.update(handoff.env)
     fds = handoff.fds + tuple(int(env[k]) for k in (ENV_CHANNEL_FD,) if env.get(k))
-    return Launch(shown, env, fds, exec_argv=argv)
+    return Launch(shown, env, fds, cwd, exec_argv=argv)
 
 
 def launcher_argv(argv: list[str]) -> list[str]:
     """`argv` behind the launcher that ties the program's life to this process (see _EXEC)."""
     return [sys.executable, "-I", "-S", "-c", _EXEC, str(os.getpid()), *argv]
+
+
+# `--data=x`, `data=x`, `-d=x`, `NAME=x` (after /usr/bin/env): an option whose value may be a path.
+_OPTION_VALUE = re.compile(r"^(-{0,2}[A-Za-z_][\w.-]*=)(.+)$", re.ASCII)
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def from_sweep_dir(argv: list[str], shown: list[str], sweep_dir: str, workdir: str) -> tuple[list[str], list[str]]:
+    """The command for a program running in `workdir`, with what it names in `sweep_dir` made absolute.
+
+    An argument (or the value of `--key=value`) that is a relative path naming
+    something in the sweep file's folder, and nothing in the working directory,
+    becomes that absolute path: the program, its data, its configs (see
+    _in_sweep_dir). A bare name in the executable's place (`python`) is left to
+    PATH, as exec does. `shown` (the same command with secrets as ***) changes
+    where `argv` does, except in an argument holding a secret.
+    """
+    executable = _executable(argv)
+    resolved = [_from(token, sweep_dir, workdir, i == executable) for i, token in enumerate(argv)]
+    seen = [new if old == token else old for new, token, old in zip(resolved, argv, shown, strict=True)]
+    return resolved, seen
+
+
+def _executable(argv: list[str]) -> int:
+    """Where the word that exec starts is in `argv` (after `/usr/bin/env` and its VAR=value words)."""
+    if not argv or argv[0] != ENV_BINARY:
+        return 0
+    position = 1
+    while position < len(argv) and _ASSIGNMENT.match(argv[position]):
+        position += 1
+    return position
+
+
+def _from(token: str, sweep_dir: str, workdir: str, executable: bool) -> str:
+    if _in_sweep_dir(token, sweep_dir, workdir, executable):
+        return os.path.join(sweep_dir, token)
+    option = _OPTION_VALUE.match(token)
+    if option is not None and not executable and _in_sweep_dir(option.group(2), sweep_dir, workdir, False):
+        return option.group(1) + os.path.join(sweep_dir, option.group(2))
+    return token
+
+
+def _in_sweep_dir(path: str, sweep_dir: str, workdir: str, executable: bool) -> bool:
+    """Does `path` name something in the sweep folder (and nothing in the working directory)?
+
+    A bare word names a file only (`config.yaml`, not a folder `data`), so that a
+    value such as `--split=train` stays a word when a folder has its name; `./data`
+    and `data/` name the folder.
+    """
+    if not path or path[0] in "/~-" or path in (".", "..") or (executable and "/" not in path):
+        return False
+    there = os.path.join(sweep_dir, path)
+    named = os.path.isfile(there) if "/" not in path else os.path.lexists(there)
+    return named and not os.path.lexists(os.path.join(workdir, path))
 
 
 _SHELL_SAFE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)

@@ -112,6 +112,7 @@ class Reporter:
             "start_step": run.start_step,
             "start_checkpoint_sha": run.start_sha,
             "end_step": run.last_step,
+            "total_steps": run.total_steps,  # with end_step: whether a Run that never finished reached its end
             "epoch": run.epoch,
             "best": run.best,
             "best_step": run.best_step,

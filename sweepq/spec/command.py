@@ -2,8 +2,13 @@
 
 A command is a list of tokens. A token that is exactly a macro (`${args}`) expands
 to zero or more argv tokens; `${envvar:NAME}` may also sit inside a longer token, as
-in W&B. Any other `${...}` inside a longer token is refused: W&B would pass it to
-the program literally, which is never what the author meant.
+in W&B, and so may sweepq's folder macros (`--save=${output_dir}/model.pt`). Any
+other `${...}` inside a longer token is refused: W&B would pass it to the program
+literally, which is never what the author meant.
+
+The folder macros are sweepq's own: `${output_dir}` (the cell's output folder,
+kept across attempts), `${cell_dir}` (the cell's folder) and `${sweep_dir}` (the
+sweep file's folder).
 
 Values print the way W&B's agent prints them (`f"--{key}={value}"`, so Python's
 `str`: `True`, `None`, `1e-05`, `{'lr': 0.1}`). In a W&B file `${args}` gives one
@@ -39,7 +44,16 @@ ARGS_MACROS = frozenset(
         "args_flat",
     }
 )
-MACROS = ARGS_MACROS | {"env", "interpreter", "program"}
+#: sweepq's macros naming a folder: they may sit inside a longer token too.
+PLACE_MACROS = frozenset({"output_dir", "cell_dir", "sweep_dir"})
+MACROS = ARGS_MACROS | PLACE_MACROS | {"env", "interpreter", "program"}
+
+#: Variables sweepq sets per cell in the program's environment, and the macro a command uses instead.
+PER_CELL_VARIABLES = {
+    "SWEEPQ_OUTPUT_DIR": "output_dir",
+    "SWEEPQ_CELL_DIR": "cell_dir",
+    "SWEEPQ_SWEEP_DIR": "sweep_dir",
+}
 
 ENV_BINARY = "/usr/bin/env"
 
@@ -72,9 +86,7 @@ def check_command(tokens: Sequence[str]) -> list[CommandProblem]:
 
 def _token_problem(position: int, token: str) -> CommandProblem | None:
     whole = _whole_macro(token)
-    if whole is not None:
-        if whole in MACROS or _ENVVAR.fullmatch(whole):
-            return None
+    if whole is not None and whole not in MACROS and not _ENVVAR.fullmatch(whole):
         return CommandProblem(
             position,
             token,
@@ -82,12 +94,21 @@ def _token_problem(position: int, token: str) -> CommandProblem | None:
             "Use one of " + ", ".join(f"${{{m}}}" for m in sorted(MACROS)) + " or ${envvar:NAME}",
         )
     for match in _MACRO.finditer(token):
-        if not _ENVVAR.fullmatch(match.group(1)):
+        envvar = _ENVVAR.fullmatch(match.group(1))
+        if envvar is not None and envvar.group(1) in PER_CELL_VARIABLES:
+            return CommandProblem(
+                position,
+                token,
+                f"{match.group(0)} is set by sweepq in each program's environment, not where the command is "
+                "rendered (every cell would get the launch's value, or none)",
+                f"Write ${{{PER_CELL_VARIABLES[envvar.group(1)]}}} instead, which names each cell's own folder",
+            )
+        if whole is None and envvar is None and match.group(1) not in PLACE_MACROS:
             return CommandProblem(
                 position,
                 token,
                 f"the macro {match.group(0)} is inside the longer token {token!r}, where it is not "
-                "expanded (only ${envvar:NAME} is)",
+                "expanded (only ${envvar:NAME}, ${output_dir}, ${cell_dir} and ${sweep_dir} are)",
                 f"Make {match.group(0)} a token of its own",
             )
     return None
@@ -105,12 +126,16 @@ def render_command(
     args_json_file: str,
     environ: Mapping[str, str],
     shown: bool = False,
+    cell_dir: str | None = None,
+    output_dir: str | None = None,
 ) -> list[str]:
     """The argv of one cell: the sweep's command template with its macros expanded.
 
     `args_json_file` is the path `${args_json_file}` stands for (the caller writes
-    `args_json(cfg)` there). `shown`: the command as sweepq may print or store it,
-    every `${envvar:NAME}` value replaced by SECRET (a token, a password): the real
+    `args_json(cfg)` there); `cell_dir` and `output_dir` the folders `${cell_dir}`
+    and `${output_dir}` stand for (a caller that leaves them out renders commands
+    without them). `shown`: the command as sweepq may print or store it, every
+    `${envvar:NAME}` value replaced by SECRET (a token, a password): the real
     values go only to the program. Raises SpecError for an unset `${envvar:NAME}`,
     a `${program}` without a program, or an invalid template.
     """
@@ -119,13 +144,14 @@ def render_command(
     if problems:
         first = problems[0]
         raise SpecError(f"sweep {settings.name!r}: command token {first.position}: {first.problem}. {first.fix}.")
+    places = {"output_dir": output_dir, "cell_dir": cell_dir, "sweep_dir": settings.spec_dir}
     argv: list[str] = []
     for token in tokens:
         name = _whole_macro(token)
-        if name is not None and name in MACROS:
+        if name is not None and name in MACROS and name not in PLACE_MACROS:
             argv.extend(_expand(name, settings, cfg, args_json_file))
         else:
-            argv.append(_substitute_envvars(token, environ, settings.name, shown))
+            argv.append(_substitute(token, environ, places, settings.name, shown))
     return argv
 
 
@@ -154,8 +180,17 @@ def _expand(name: str, settings: Settings, cfg: Mapping[str, Any], args_json_fil
     return _FLAG_STYLES[name](items)
 
 
-def _substitute_envvars(token: str, environ: Mapping[str, str], sweep_name: str, shown: bool) -> str:
+def _substitute(
+    token: str, environ: Mapping[str, str], places: Mapping[str, str | None], sweep_name: str, shown: bool
+) -> str:
+    """`token` with its `${envvar:NAME}` and folder macros replaced by their values."""
+
     def value_of(match: re.Match[str]) -> str:
+        if match.group(1) in PLACE_MACROS:
+            place = places[match.group(1)]
+            if place is None:
+                raise ValueError(f"render_command was given no {match.group(1)} for {match.group(0)}")
+            return place
         variable = _ENVVAR.fullmatch(match.group(1)).group(1)  # type: ignore[union-attr]
         if variable not in environ:
             raise SpecError(
@@ -238,6 +273,8 @@ __all__ = [
     "DEFAULT_COMMAND",
     "ENV_BINARY",
     "MACROS",
+    "PER_CELL_VARIABLES",
+    "PLACE_MACROS",
     "SECRET",
     "CommandProblem",
     "args_items",

@@ -62,6 +62,8 @@ GROUPED_KEYS = (
     "program",
     "command",
     "interpreter",
+    "workdir",
+    "done_when",
     "groups",
     "grid",
     "max_attempt_seconds",

@@ -1,14 +1,15 @@
 """Run settings of the grouped sweep form: what to run and how.
 
 `grouped_settings` reads the entry point (`train:`, or `program:` with
-`command:` and `interpreter:`), `checkpoint:`, `metric:`, `retries:`,
-`max_attempt_seconds:` and `data:` into the `Settings` a worker runs cells with.
+`command:`, `interpreter:`, `workdir:` and `done_when:`), `checkpoint:`,
+`metric:`, `retries:`, `max_attempt_seconds:` and `data:` into the `Settings`
+a worker runs cells with.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 from sweepq.spec.read import (
     SpecContext,
@@ -26,12 +27,18 @@ from sweepq.spec.types import (
     DEFAULT_BACKOFF_MAX_SECONDS,
     DEFAULT_BACKOFF_SECONDS,
     DEFAULT_RETRIES,
+    DONE_WHEN,
+    WORKDIRS,
     CheckpointPolicy,
+    DoneWhen,
     Metric,
     RetryPolicy,
     Settings,
+    Workdir,
 )
 
+#: Keys that only a `program:` sweep may have.
+PROGRAM_KEYS = ("command", "interpreter", "workdir", "done_when")
 CHECKPOINT_KEYS = ("every_steps", "every_seconds", "keep_last", "keep_best", "overlap")
 METRIC_KEYS = ("name", "goal")
 GOALS = {"max": "max", "min": "min", "maximize": "max", "minimize": "min"}
@@ -45,6 +52,14 @@ _NEVER_BUDGETED = {
 
 def grouped_settings(ctx: SpecContext, data: dict, name: str) -> Settings:
     train, program, command, interpreter = _read_entry_point(ctx, data)
+    workdir = cast(Workdir, _read_choice(ctx, data, "workdir", WORKDIRS))
+    if workdir == "sweep":
+        ctx.warn(
+            "workdir",
+            "sweep: every cell runs in the sweep file's folder, so with more than one worker cells running at once "
+            "share it and their relative outputs (model.pt, ./lightning_logs) may collide. Leave workdir out (each "
+            "cell runs in its own output folder) or launch with --workers 1",
+        )
     return Settings(
         name=name,
         form="grouped",
@@ -58,6 +73,8 @@ def grouped_settings(ctx: SpecContext, data: dict, name: str) -> Settings:
         retries=_read_retries(ctx, data.get("retries")),
         max_attempt_seconds=read_number(ctx, data.get("max_attempt_seconds"), "max_attempt_seconds", above=0),
         data=_read_data(ctx, data.get("data")),
+        workdir=workdir,
+        done_when=cast(DoneWhen, _read_choice(ctx, data, "done_when", DONE_WHEN)),
     )
 
 
@@ -75,7 +92,7 @@ def _read_entry_point(ctx: SpecContext, data: dict) -> tuple[str | None, str | N
             "Add `train: mypackage.module:train` (called as train(cfg, run)) or `program: train.py`",
         )
     if "train" in data:
-        for key in ("command", "interpreter"):
+        for key in PROGRAM_KEYS:
             if key in data:
                 raise ctx.error(
                     key,
@@ -91,6 +108,17 @@ def _read_entry_point(ctx: SpecContext, data: dict) -> tuple[str | None, str | N
     check_no_nul(ctx, program, "program")
     check_no_nul(ctx, interpreter, "interpreter")
     return None, program, command, interpreter
+
+
+def _read_choice(ctx: SpecContext, data: dict, key: str, choices: dict[str, str]) -> str:
+    """A key that takes one of a few words (`choices`: each word's meaning); absent means the first."""
+    value = data.get(key)
+    if value is None:
+        return next(iter(choices))
+    if not isinstance(value, str) or value not in choices:
+        meanings = "; ".join(f"{key}: {word} ({meaning})" for word, meaning in choices.items())
+        raise ctx.error(key, f"{value!r} is not one of " + ", ".join(choices), f"Write {meanings}")
+    return value
 
 
 def _read_train(ctx: SpecContext, value: Any) -> str:

@@ -81,8 +81,8 @@ def preflight(
     for cell in sweep.cells:
         paths = cells.cell(cell.id)
         render = partial(render_command, settings, cell.cfg, args_json_file=str(paths.args), environ=environ)
-        argv = render()
-        shown = render(shown=True)
+        argv = render(cell_dir=str(paths.dir), output_dir=str(paths.output))
+        shown = render(cell_dir=str(paths.dir), output_dir=str(paths.output), shown=True)
         _check_argv(filename, cell, argv, shown)
         if not checked.commands:  # every cell runs the same executable and program
             _check_program(sweep, filename, argv, environ)

@@ -30,6 +30,19 @@ DEFAULT_BACKOFF_SECONDS = 30.0
 DEFAULT_BACKOFF_MAX_SECONDS = 1800.0
 DEFAULT_MAX_CELLS = 10_000
 
+Workdir = Literal["output", "sweep"]
+DoneWhen = Literal["exit_zero", "reported"]
+#: `workdir:` of a program sweep: where its program runs (the first is the default).
+WORKDIRS: dict[str, str] = {
+    "output": "each cell runs in its own output folder, cells/<cell>/output/",
+    "sweep": "every cell runs in the sweep file's folder, where relative outputs of cells running at once collide",
+}
+#: `done_when:` of a program sweep: what makes a cell done (the first is the default).
+DONE_WHEN: dict[str, str] = {
+    "exit_zero": "exit status 0 with no stop signal sweepq saw (a Run must call finish() or reach its total)",
+    "reported": "only a completion the program reported: run.finish(), or its outcome file",
+}
+
 
 @dataclass(frozen=True)
 class CheckpointPolicy:
@@ -84,6 +97,8 @@ class Settings:
     retries: RetryPolicy = field(default_factory=RetryPolicy)
     max_attempt_seconds: float | None = None
     data: list[str] = field(default_factory=list)  # absolute paths of declared data
+    workdir: Workdir = "output"  # where a program runs (WORKDIRS)
+    done_when: DoneWhen = "exit_zero"  # what makes a program's cell done (DONE_WHEN)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

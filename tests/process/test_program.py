@@ -289,7 +289,8 @@ def test_bundled_wandb_grid_plans_and_launches(tmp_path: Path) -> None:
     [
         (0, None, False, "completed", None),
         (0, {"reason": "completed", "metrics": {"acc": 0.7}}, True, "completed", None),
-        (0, {"reason": None, "written_by": "sweepq.Run"}, False, "completed", "without calling run.finish()"),
+        (0, {"written_by": "sweepq.Run", "end_step": 5}, False, "error", "without calling run.finish()"),
+        (0, {"written_by": "sweepq.Run", "end_step": 5, "total_steps": 5}, False, "completed", "declared last step 5"),
         (0, None, True, "preempted", "exited 0 after"),
         (0, {"reason": "preempted"}, False, "preempted", None),
         (0, {"reason": "data_error"}, False, "data_error", "reported by the program"),
