@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from sweepq.cli import launch_lock, render
+from sweepq.cli import failures, launch_lock, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
 from sweepq.execution.diskfull import EXIT_DISK_FULL, workers_stopped
@@ -264,8 +264,10 @@ class Launcher:
         if self.stops == 1:
             note = STOPPING
         cells = store.cells()
+        told = failures.failure_notes(cells, lambda reason: store.attempts(reason=reason), self._where)
+        notes = told | store.fault_notes()
         return render.status_table(
-            cells, metric, title=note or None, etas=store.etas(), stalls=store.stalls(), notes=store.fault_notes()
+            cells, metric, title=note or None, etas=store.etas(), stalls=store.stalls(), notes=notes
         )
 
     def _print_changes(self, store: Store, seen: dict[str, str]) -> None:
@@ -282,9 +284,25 @@ class Launcher:
             if c.state is CellState.DONE and c.metrics:
                 bits.append(", ".join(f"{k}={render.fmt_num(v)}" for k, v in c.metrics.items() if k != "epoch"))
             if c.last_reason and c.state is not CellState.DONE:
-                said = store.fault_notes().get(c.id) if c.last_reason in MACHINE_FAULTS else None  # the disk's words
+                said = self._said(store, c)
                 bits.append(f"(last: {c.last_reason}: {said})" if said else f"(last: {c.last_reason})")
+            if c.state is CellState.FAILED:
+                bits.append(f"logs: {failures.logs_hint(c.id, self._where)}")
             self.console.print("  ".join(bits), highlight=False)
+
+    @property
+    def _where(self) -> str:
+        return render.shown_path(self.root)
+
+    def _said(self, store: Store, c: Any) -> str | None:
+        """What the attempt that gave a cell its last reason said: the disk's words, or why it failed."""
+        if c.last_reason in MACHINE_FAULTS:
+            return store.fault_notes().get(c.id)
+        if c.last_reason not in failures.TOLD_FAILURES and c.state is not CellState.FAILED:
+            return None
+        ended = c.attempts - 1 if c.state is CellState.RUNNING else c.attempts  # a running one has not ended
+        attempt = store.attempt(c.id, ended) if ended > 0 else None
+        return failures.failure_line(attempt) if attempt is not None else None
 
 
 def exit_code(store: Store, interrupted: bool) -> int:

@@ -1,13 +1,21 @@
 """The `sweepq` command: parse, call the domain, render. Read commands never write.
 
-Each command lives with its kind (run_commands, read_commands, steer_commands,
+Each command lives with its kind (run_commands, read_commands, log_commands, steer_commands,
 session_commands, repair_commands); importing them registers them on the click group defined in app.py.
 """
 
-from sweepq.cli import read_commands, repair_commands, run_commands, session_commands, steer_commands
+from sweepq.cli import log_commands, read_commands, repair_commands, run_commands, session_commands, steer_commands
 from sweepq.cli.app import main
 
-__all__ = ["main", "read_commands", "repair_commands", "run_commands", "session_commands", "steer_commands"]
+__all__ = [
+    "log_commands",
+    "main",
+    "read_commands",
+    "repair_commands",
+    "run_commands",
+    "session_commands",
+    "steer_commands",
+]
 
 if __name__ == "__main__":
     main()

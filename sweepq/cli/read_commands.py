@@ -4,20 +4,48 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console, RenderableType
 
-from sweepq.cli import render
+from sweepq.cli import failures, render
 from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
 from sweepq.errors import UsageError
+from sweepq.queue.database import Database
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import select_cells
 
 
+def is_place(arg: str | None) -> bool:
+    """Does a command-line argument name a sweep file or a sweep root, rather than cells?
+
+    Cell selectors (2.3, a group name, 2.*) hold no slash and no .yaml, so a path with
+    either is a place; a bare name is one only when it is a folder holding a queue.
+    """
+    if not arg:
+        return False
+    path = Path(arg)
+    if path.suffix in (".yaml", ".yml") or "/" in arg or arg in (".", ".."):
+        return True
+    return path.is_dir() and Database.for_root(path).exists()
+
+
+def cell_and_place(cell: str | None, place: str | None, command: str) -> tuple[str, str | None]:
+    """CELL and SPEC_OR_ROOT as given, or the other way round (`show sweep.yaml 2.3` means the same)."""
+    if is_place(cell) and not is_place(place):
+        cell, place = place, cell
+    if not cell:
+        raise UsageError(f"name the cell: sweepq {command} CELL [SPEC_OR_ROOT], with a cell id like 2.3")
+    return cell, place
+
+
+place_argument = click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]", type=click.Path())
+
+
 @main.command()
-@click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]", type=click.Path())
+@place_argument
 @root_option
 @json_option
 @click.option("--watch", is_flag=True, help="Refresh until the sweep has nothing left to run (or Ctrl-C).")
@@ -26,7 +54,10 @@ from sweepq.spec.sweep import select_cells
 )
 @friendly
 def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every: float) -> None:
-    """Every cell at a glance: state, progress, metrics, attempts, last reason."""
+    """Every cell at a glance: state, progress, metrics, attempts, last reason, why a cell failed.
+
+    SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
+    """
     with reading(spec, root) as store:
         metric = store.settings().metric
         if as_json:
@@ -81,8 +112,14 @@ def _watch(store: Store, con: Console, every: float, table: Callable[[], Rendera
 
 
 def _told(store: Store) -> dict[str, Any]:
-    """What status says beyond the columns: cells without progress, and a full disk's words."""
-    return {"stalls": store.stalls(), "notes": store.fault_notes()}
+    """What status says beyond the columns: cells without progress, why cells failed, a full disk's words."""
+    return {"stalls": store.stalls(), "notes": told_notes(store, store.cells())}
+
+
+def told_notes(store: Store, cells: list[Any]) -> dict[str, str]:
+    """The status table's notes: why each failed cell failed (and where its logs are), a full disk's words."""
+    told = failures.failure_notes(cells, lambda reason: store.attempts(reason=reason), render.shown_path(store.root))
+    return told | store.fault_notes()  # the disk's own words say more than its exception
 
 
 def _alive(store: Store, cell: Any) -> bool | None:
@@ -100,17 +137,23 @@ def _dead_running(store: Store) -> set[str]:
 
 
 @main.command()
-@click.argument("cell")
+@click.argument("cell", required=False, metavar="CELL")
+@place_argument
 @root_option
 @json_option
 @friendly
-def show(cell: str, root: str | None, as_json: bool) -> None:
-    """One cell: cfg, attempts (receipts), checkpoints with their metrics, history."""
+def show(cell: str | None, spec: str | None, root: str | None, as_json: bool) -> None:
+    """One cell: cfg, attempts (receipts), checkpoints with their metrics, history.
+
+    CELL is a cell id like 2.3. SPEC_OR_ROOT is the sweep file or its root folder
+    (default: --root, else the current folder): `sweepq show 2.3 sweep.yaml`.
+    """
     from sweepq.checkpoint.marker import read_done
     from sweepq.layout import CellPaths
 
-    with reading(None, root) as store:
-        rec = store.cell(_one_cell(store, cell))
+    cell, spec = cell_and_place(cell, spec, "show")
+    with reading(spec, root) as store:
+        rec = store.cell(one_cell(store, cell, "show"))
         attempts = store.attempts(rec.id)
         ckpts = store.checkpoints(rec.id)
         events = store.events(rec.id)
@@ -129,26 +172,30 @@ def show(cell: str, root: str | None, as_json: bool) -> None:
         out().print(render.show_cell(rec, attempts, ckpts, events, store.settings().metric))
 
 
-def _one_cell(store: Store, selector: str) -> str:
+def one_cell(store: Store, selector: str, command: str) -> str:
     cells = select_cells(store.cells(), [selector])
     if len(cells) != 1:
-        raise UsageError(f"{selector!r} names {len(cells)} cells; `show` takes one cell id like 2.3")
+        raise UsageError(f"{selector!r} names {len(cells)} cells; `{command}` takes one cell id like 2.3")
     return cells[0].id
 
 
 @main.command()
+@place_argument
 @root_option
 @click.option("--cell", "cells", multiple=True, help="Only these cells (id, group or pattern; repeatable).")
 @click.option("--reason", default=None, help="Only attempts that ended with this reason.")
 @json_option
 @friendly
-def attempts(root: str | None, cells: tuple[str, ...], reason: str | None, as_json: bool) -> None:
-    """Every attempt's receipt, newest first."""
+def attempts(spec: str | None, root: str | None, cells: tuple[str, ...], reason: str | None, as_json: bool) -> None:
+    """Every attempt's receipt, newest first.
+
+    SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
+    """
     from sweepq.queue.states import Reason
 
     if reason is not None and reason not in {r.value for r in Reason}:
         raise UsageError(f"unknown reason {reason!r}: one of {', '.join(r.value for r in Reason)}")
-    with reading(None, root) as store:
+    with reading(spec, root) as store:
         wanted = {c.id for c in select_cells(store.cells(), cells)} if cells else None
         rows = [a for a in store.attempts(reason=reason, newest_first=True) if wanted is None or a.cell in wanted]
         if as_json:
@@ -158,14 +205,18 @@ def attempts(root: str | None, cells: tuple[str, ...], reason: str | None, as_js
 
 
 @main.command()
+@place_argument
 @root_option
 @json_option
 @friendly
-def report(root: str | None, as_json: bool) -> None:
-    """Where the hours went: attempts, wall and GPU hours, and steps lost, per termination reason."""
+def report(spec: str | None, root: str | None, as_json: bool) -> None:
+    """Where the hours went: attempts, wall and GPU hours, and steps lost, per termination reason.
+
+    SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
+    """
     from sweepq.cli.report import by_reason
 
-    with reading(None, root) as store:
+    with reading(spec, root) as store:
         rows = by_reason(store.attempts())
         if as_json:
             print_json(rows)
@@ -174,15 +225,19 @@ def report(root: str | None, as_json: bool) -> None:
 
 
 @main.command()
+@place_argument
 @root_option
 @json_option
 @click.option("--top", default=3, show_default=True, help="How many winners to rank.")
 @friendly
-def best(root: str | None, as_json: bool, top: int) -> None:
-    """Per cell, the best metric and the checkpoint that holds it; then the sweep's winners."""
+def best(spec: str | None, root: str | None, as_json: bool, top: int) -> None:
+    """Per cell, the best metric and the checkpoint that holds it; then the sweep's winners.
+
+    SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
+    """
     from sweepq.cli.report import best_per_cell
 
-    with reading(None, root) as store:
+    with reading(spec, root) as store:
         metric = store.settings().metric
         rows = best_per_cell(store, metric, top)
         if as_json:

@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 import click
 
 from sweepq.cli.app import friendly, main, root_option, steering
+from sweepq.cli.launch import resolve_root
+from sweepq.cli.read_commands import is_place
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
 from sweepq.queue import liveness
@@ -23,18 +25,38 @@ def _selected(store: Store, selectors: tuple[str, ...]) -> list[str]:
     return [c.id for c in select_cells(store.cells(), selectors)]
 
 
+_PLACE_HELP = """
+
+CELLS are ids (2.3), group names or patterns (2.*). SPEC_OR_ROOT, anywhere among them,
+is the sweep file or its root folder (default: --root, else the current folder):
+`sweepq {name} 2.3 sweep.yaml`.
+"""
+
+
 def _on_cells(fn: Callable[[Store, list[str]], None]) -> click.Command:
     """A steering command on the CELLS its arguments select: `fn(store, ids)` (name and help from `fn`)."""
 
-    @main.command(name=fn.__name__, help=fn.__doc__)
-    @click.argument("cells", nargs=-1)
+    @main.command(name=fn.__name__, help=(fn.__doc__ or "") + _PLACE_HELP.format(name=fn.__name__))
+    @click.argument("cells", nargs=-1, metavar="CELLS... [SPEC_OR_ROOT]")
     @root_option
     @friendly
     def command(cells: tuple[str, ...], root: str | None) -> None:
-        with steering(root) as store:
-            fn(store, _selected(store, cells))
+        place, selectors = _place_among(cells, fn.__name__)
+        with steering(str(resolve_root(place, root))) as store:
+            fn(store, _selected(store, selectors))
 
     return command
+
+
+def _place_among(args: tuple[str, ...], command: str) -> tuple[str | None, tuple[str, ...]]:
+    """The sweep file or root among the arguments (at most one), and the cell selectors."""
+    places = [a for a in args if is_place(a)]
+    if len(places) > 1:
+        raise UsageError(
+            f"`{command}` takes one sweep file or root, got {', '.join(places)}: "
+            f"sweepq {command} CELLS... [SPEC_OR_ROOT]"
+        )
+    return (places[0] if places else None), tuple(a for a in args if a not in places)
 
 
 @_on_cells
@@ -59,14 +81,18 @@ def cancel(store: Store, ids: list[str]) -> None:
 
 @_on_cells
 def reset(store: Store, ids: list[str]) -> None:
-    """Start CELLS over from scratch; their checkpoints and DONE.json move to the attic."""
+    """Start CELLS over from scratch; their checkpoints, DONE.json and output/ move to the attic."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     done = [cid for cid in ids if _reset_one(store, cid, stamp)]
     _report_moves("reset", done, ids, store)
 
 
 def _reset_one(store: Store, cid: str, stamp: str) -> bool:
-    """Move a cell's checkpoints and marker to the attic, then requeue it; never while it runs."""
+    """Move a cell's checkpoints, marker and program output to the attic, then requeue it; never while it runs.
+
+    The output goes too: a program that resumes from its own files there (Lightning's
+    last.ckpt) would otherwise carry on from where the reset cell stopped.
+    """
     from sweepq.layout import CellPaths
 
     paths = CellPaths(store.root, cid)
@@ -77,7 +103,7 @@ def _reset_one(store: Store, cid: str, stamp: str) -> bool:
     try:
         attic = RootPaths(store.root).attic_entry(cid, stamp)
         moved = []
-        for item in (paths.checkpoints, paths.done):
+        for item in (paths.checkpoints, paths.done, paths.output):
             if item.exists():
                 attic.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(item), str(attic / item.name))

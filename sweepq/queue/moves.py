@@ -21,7 +21,7 @@ class StoreMoves(StoreBase):
         return self._user_move(cells, "retry", fresh_budget=True)
 
     def reset(self, cells: list[str]) -> list[str]:
-        """-> queued from scratch (the caller moved checkpoints and DONE.json aside first)."""
+        """-> queued from scratch (the caller moved checkpoints, DONE.json and output/ aside first)."""
         return self._user_move(cells, "reset", fresh_budget=True, clear_progress=True)
 
     def cancel(self, cells: list[str]) -> tuple[list[str], list[str]]:

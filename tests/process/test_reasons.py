@@ -152,11 +152,16 @@ def test_retry_gives_a_fresh_budget_and_reset_moves_files_aside(swept: tuple[Pat
     assert cli_json("show", "4.1", "--root", str(root))["state"] == "queued"
     r = cli("retry", "2.1", "--root", str(root))
     assert r.returncode == 1 and "2.1 not requeued: it is done" in r.stderr
+    own = root / "cells" / "2.1" / "output" / "last.ckpt"  # a program's own checkpoint, as Lightning leaves it
+    own.parent.mkdir()
+    own.write_bytes(b"lightning state")
     r = cli("reset", "2.1", "--root", str(root))
     assert r.returncode == 0 and "reset: 2.1" in r.stdout
     assert not (root / "cells" / "2.1" / "DONE.json").exists()
+    assert not own.parent.exists()  # nothing left for the program to resume from
     moved = list((root / "attic" / "2.1").glob("*/DONE.json"))
     assert len(moved) == 1 and list((root / "attic" / "2.1").glob("*/checkpoints/step-*"))
+    assert (moved[0].parent / "output" / "last.ckpt").read_bytes() == b"lightning state"
     show = cli_json("show", "2.1", "--root", str(root))
     assert show["state"] == "queued" and show["step"] is None and len(show["attempts"]) == 2
     assert {"retry", "reset", "moved_to_attic"} & {e["kind"] for e in show["history"]} == {"reset", "moved_to_attic"}

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from sweepq.cli import render, report
+from sweepq.cli import failures, render, report
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.queue.states import CellState
 from sweepq.spec.sweep import Metric
@@ -352,3 +352,84 @@ def test_report_by_reason() -> None:
         ("running", 1, 0, 0),
     ]
     assert text(render.report_table(rows)) == REPORT_GOLDEN
+
+
+# -- why a cell failed (sweepq/cli/failures.py): one line in status and launch, and where the logs are
+
+CHAINED = """\
+Traceback (most recent call last):
+  File "train.py", line 3, in load
+    open(path)
+FileNotFoundError: [Errno 2] No such file or directory: 'data.csv'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "train.py", line 9, in <module>
+    raise ValueError(
+    ^^^^^^^^^^^^^^^^^
+ValueError: bug at step 7
+and the message goes on
+"""
+
+
+def test_failure_line_names_the_exception_else_the_last_words_and_the_exit_status() -> None:
+    def line(**fields: Any) -> str | None:
+        return failures.failure_line(attempt(1, 0, reason="error", wall_seconds=1.0, **fields))
+
+    assert line(error_tail=CHAINED, note="the program exited with code 1") == "ValueError: bug at step 7"
+    argparse_tail = "usage: train.py [-h] [--lr LR]\ntrain.py: error: unrecognized arguments: --optim.name=sgd\n"
+    assert (
+        line(error_tail=argparse_tail, note="the program exited with code 2", exit_code=2)
+        == "train.py: error: unrecognized arguments: --optim.name=sgd (the program exited with code 2)"
+    )
+    assert line(note="timeout by sweepq after 20 s") == "timeout by sweepq after 20 s"
+    assert line(exit_signal=11) == "killed by SIGSEGV" and line(exit_code=3) == "exited with code 3"
+    assert line() is None
+    long = line(error_tail=f"Traceback (most recent call last):\nKeyError: '{'x' * 200}'")
+    assert long is not None and len(long) == failures.FAILURE_WIDTH and long.endswith("…")
+
+
+FAILED_GOLDEN = """\
+cell  group  state        progress  attempts  last reason  note
+1.1   q1     failed                        2  error        ValueError: bug at step 7 (see sweepq
+                                                           logs 1.1 runs/x)
+1.2   q1     queued                        1  oom          retry due; MemoryError: out of memory
+                                                           (see sweepq logs 1.2 runs/x)
+1.3   q1     done             100%         1  completed
+1.4   q1     interrupted                   1  lost
+
+4 cells: 1 queued, 1 interrupted, 1 done, 1 failed
+"""
+
+
+def test_status_says_why_cells_failed_and_where_their_logs_are() -> None:
+    cells = [
+        cell("1.1", CellState.FAILED, attempts=2, last_reason="error"),
+        cell("1.2", CellState.QUEUED, attempts=1, last_reason="oom", retry_after=T0),
+        cell("1.3", CellState.DONE, attempts=1, last_reason="completed"),
+        cell("1.4", CellState.INTERRUPTED, attempts=1, last_reason="lost"),  # nothing failed: resumes
+    ]
+    ended = [
+        attempt(
+            1,
+            0,
+            cell="1.1",
+            reason="error",
+            wall_seconds=1.0,
+            error_tail="Traceback (most recent call last):\nValueError: bug at step 6",
+        ),
+        attempt(2, 1, cell="1.1", reason="error", wall_seconds=1.0, error_tail=CHAINED),
+        attempt(1, 0, cell="1.2", reason="oom", wall_seconds=1.0, error_tail="MemoryError: out of memory"),
+        attempt(1, 0, cell="1.4", reason="lost", wall_seconds=1.0, note="the process vanished"),
+    ]
+    asked: list[str] = []
+
+    def ended_by(reason: str) -> list[AttemptRecord]:
+        asked.append(reason)
+        return [a for a in ended if a.reason == reason]
+
+    notes = failures.failure_notes(cells, ended_by, "runs/x")
+    assert sorted(asked) == ["error", "oom"]  # one question per reason shown, none for lost or completed
+    assert text(render.status_table(cells, None, notes=notes, now=T0)) == FAILED_GOLDEN
+    assert failures.failure_notes(cells[:1], ended_by, ".")["1.1"].endswith("(see sweepq logs 1.1)")
