@@ -138,8 +138,8 @@ class Evidence:
 
     @property
     def status(self) -> str:
-        """How the process ended, in words: "killed by SIGSEGV", "exited with code 1"."""
-        return f"killed by {signame(self.signal)}" if self.signal else f"exited with code {self.exit_code}"
+        """How the process ended, in words: "was killed by SIGSEGV", "exited with code 1"."""
+        return f"was killed by {signame(self.signal)}" if self.signal else f"exited with code {self.exit_code}"
 
     @property
     def forwarded(self) -> str:

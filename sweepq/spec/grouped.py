@@ -4,7 +4,7 @@
 grids, and expands them into cells; the run settings (`train:`/`program:`,
 `checkpoint:`, `metric:`, `retries:`, ...) are read by sweepq.spec.grouped_settings.
 
-Where SWEEP_FORMAT.md leaves it open:
+Where the sweep-file specification (docs/sweep-format.md) leaves it open:
 * every key in `params` and `grid` is a dotted path (`optim.lr` and
   `optim: {lr: ...}` are the same path), so a key can't contain a literal dot;
 * a path written in both the top-level `params` and a top-level `grid` is an

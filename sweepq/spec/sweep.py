@@ -1,6 +1,6 @@
 """The sweep file: parse, validate and expand a YAML sweep into ordered cells.
 
-Two forms (see SWEEP_FORMAT.md in the product docs): sweepq's grouped form
+Two forms (docs/sweep-format.md): sweepq's grouped form
 (`groups:` or `grid:`) and Weights & Biases grid sweep files (`method:`), read
 unchanged. Everything here is pure: nothing touches the disk except reading the
 sweep file, nothing imports training code.

@@ -34,6 +34,7 @@ COMMANDS = {
     "attempts": ["attempts", "--json"],
     "report": ["report"],
     "best": ["best"],
+    "logs": ["logs", "1.2"],
 }
 
 
