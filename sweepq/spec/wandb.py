@@ -7,7 +7,8 @@ params.py) runs them, which its docs do not state:
   visited in place, depth first), and the product varies the last name fastest;
   constants (`value:`) take no part in the product;
 * values keep their written order; `int_uniform` (explicit, or inferred from
-  integer `min`/`max`) becomes min..max inclusive;
+  integer `min`/`max`) becomes min..max inclusive; `q_uniform` becomes
+  `np.arange(min, max, q)`, max excluded (wandb_params.Steps);
 * values W&B counts as the same (`1` and `1.0`, see `specread.value_identity`) make
   one cell, at the first one's position, holding the last one's spelling (W&B maps
   each value's hash to the last value with that hash);
@@ -21,6 +22,8 @@ name, else "default" (as a grouped file's top-level `grid:`).
 
 Where W&B silently ignores something (unknown keys, unknown macros, a goal it
 does not know), sweepq refuses the file, so that nothing written is lost.
+`early_terminate` is accepted with a warning: W&B would stop some runs early,
+sweepq runs every cell to its end.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from sweepq.errors import SpecError
 from sweepq.spec.command import DEFAULT_COMMAND
 from sweepq.spec.limits import count_values, expansion_problem
 from sweepq.spec.read import (
@@ -49,7 +53,7 @@ from sweepq.spec.read import (
     sweep_name,
 )
 from sweepq.spec.types import DEFAULT_MAX_CELLS, GroupSpec, Metric, Settings, Sweep
-from sweepq.spec.wandb_params import WandbParameter, read_parameters
+from sweepq.spec.wandb_params import Steps, WandbParameter, read_parameters
 
 WANDB_KEYS = (
     "method",
@@ -65,12 +69,9 @@ WANDB_KEYS = (
     "apiVersion",
     "kind",
     "controller",
+    "early_terminate",
 )
 _REFUSED_KEYS = {
-    "early_terminate": (
-        "sweepq runs every cell of the grid to its end and never stops one early",
-        "Remove early_terminate",
-    ),
     "scheduler": ("W&B Launch schedulers are not supported: sweepq runs the cells itself", "Remove scheduler"),
     "job": (
         "W&B Launch jobs are not supported: sweepq runs `program:` as a subprocess",
@@ -87,20 +88,22 @@ WANDB_GOALS = {"maximize": "max", "minimize": "min"}
 
 def parse_wandb(ctx: SpecContext, data: dict) -> Sweep:
     """Validate and expand a W&B sweep file already loaded as `data`."""
+    _check_method(ctx, data["method"])  # first: a bayes file is refused for being bayes, whatever else it holds
     _check_top_level_keys(ctx, data)
-    _check_method(ctx, data["method"])
     written_name = sweep_name(ctx, data)
     command = read_command(ctx, data["command"], numbers_as_text=True) if "command" in data else None
     program = optional_str(ctx, data, "program")
     check_no_nul(ctx, program, "program")
     if program is None and "${program}" in (command or DEFAULT_COMMAND):
-        raise ctx.error(
-            "program",
-            "is missing, but the command runs ${program}",
-            "Add program: train.py (relative to the sweep file's folder)",
-        )
+        raise _missing_program(ctx, command)
     if "controller" in data:
         ctx.warn("controller", "ignored: sweepq runs the grid itself, with no W&B controller")
+    if "early_terminate" in data:
+        ctx.warn(
+            "early_terminate",
+            "ignored: sweepq never stops a cell early, it runs every cell to its end "
+            "(W&B's agent would stop runs that fall behind)",
+        )
     run_cap = _read_run_cap(ctx, data.get("run_cap"))
     parameters = read_parameters(ctx, data.get("parameters"))
     settings = Settings(
@@ -133,6 +136,20 @@ def _check_top_level_keys(ctx: SpecContext, data: dict) -> None:
     check_keys(ctx, data, WANDB_KEYS, "")
     if "parameters" not in data:
         raise ctx.error("", "a W&B grid sweep needs `parameters:`", "Add parameters: {lr: {values: [0.1, 0.01]}}")
+
+
+def _missing_program(ctx: SpecContext, command: list[str] | None) -> SpecError:
+    # Such a file is usually written for wandb.agent(function=...): W&B calls the
+    # function in-process, and sweepq needs a script or a function it can call.
+    runs = "the command runs ${program}" if command else "W&B's default command runs ${program}"
+    return ctx.error(
+        "program",
+        f"is missing, but {runs}: a W&B grid without program: is run by wandb.agent(function=...), "
+        "which sweepq does not call",
+        "Add one line, program: train.py, naming the script that calls your function (it gets the cell's values "
+        "as flags, --lr=0.01: parse them and pass them to wandb.init(config=...)), or use sweepq's grouped form "
+        "with train: module:function, where the function is called as train(cfg, run)",
+    )
 
 
 def _check_method(ctx: SpecContext, method: Any) -> None:
@@ -202,8 +219,8 @@ def expand(ctx: SpecContext, parameters: list[WandbParameter], run_cap: int | No
 
 
 def _most_values(values: Sequence[Any]) -> int:
-    """The most values one of `values` holds (an int_uniform range holds whole numbers only)."""
-    return 1 if isinstance(values, range) else max(count_values(value) for value in values)
+    """The most values one of `values` holds (int_uniform and q_uniform ranges hold numbers only)."""
+    return 1 if isinstance(values, (range, Steps)) else max(count_values(value) for value in values)
 
 
 def _combinations(parameters: list[WandbParameter], varying: list[WandbParameter]) -> Iterator[dict[str, Any]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 import textwrap
 import time
 
@@ -292,7 +294,6 @@ ERRORS = {
         grid("{lr: {distribution: log_uniform_values, min: 0.0001, max: 0.1}}"),
         ["log_uniform_values samples values at random"],
     ),
-    "q_uniform": (grid("{n: {distribution: q_uniform, min: 0, max: 10, q: 2}}"), ["q_uniform samples"]),
     "normal": (grid("{x: {distribution: normal, mu: 0, sigma: 1}}"), ["parameters.x.distribution: normal samples"]),
     "beta": (grid("{x: {distribution: beta, a: 1, b: 2}}"), ["beta samples"]),
     "categorical with probabilities distribution": (
@@ -354,10 +355,6 @@ ERRORS = {
     ),
     "unknown parameter key": (grid("{x: {values: [1], default: 2}}"), ["parameters.x.default: unknown key 'default'"]),
     "bad parameter name": (grid("{'my lr': {values: [1]}}"), ["'my lr' is not a parameter name W&B accepts"]),
-    "early_terminate": (
-        grid("{x: {value: 1}}", "early_terminate: {type: hyperband, min_iter: 3}\n"),
-        ["sweep.yaml: early_terminate: sweepq runs every cell", "Remove early_terminate"],
-    ),
     "metric target": (
         grid("{x: {value: 1}}", "metric: {name: acc, goal: maximize, target: 0.99}\n"),
         ["sweep.yaml: metric.target:", "Remove target"],
@@ -388,10 +385,6 @@ ERRORS = {
     "name not a string": (
         grid("{x: {value: 1}}", "name: 42\n"),
         ["sweep.yaml: name: expected a string, got the number 42"],
-    ),
-    "missing program": (
-        "method: grid\nparameters: {x: {value: 1}}\n",
-        ["sweep.yaml: program: is missing, but the command runs ${program}"],
     ),
     "missing parameters": ("method: grid\nprogram: t.py\n", ["a W&B grid sweep needs `parameters:`"]),
     "empty parameters": (
@@ -436,3 +429,313 @@ def test_wandb_yaml_syntax_error_has_line_and_column():
 def test_wandb_duplicate_parameter_is_an_error():
     message = error_of("method: grid\nprogram: t.py\nparameters:\n  lr: {values: [1]}\n  lr: {values: [2]}\n")
     assert message.startswith("sweep.yaml, line 5, column 3: duplicate key 'lr'")
+
+
+# ------------------------------------------------------------ method first
+
+
+@pytest.mark.parametrize("method", ["bayes", "random"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "early_terminate: {type: hyperband, min_iter: 3}\n",
+        "scheduler: {num_workers: 2}\nearly_terminate: {type: hyperband, min_iter: 3}\n",
+        "max_runs: 4\n",
+    ],
+)
+def test_the_method_is_checked_before_any_other_key(method, extra):
+    text = (
+        f"method: {method}\nprogram: t.py\n{extra}parameters: {{lr: {{distribution: uniform, min: 0.0, max: 0.1}}}}\n"
+    )
+    assert error_of(text) == (
+        f"sweep.yaml: method: {method!r} is not supported: sweepq runs grid sweeps only, every cell known in "
+        "advance. Write method: grid and give each parameter a list of values, or run this sweep with W&B's agent."
+    )
+
+
+# ------------------------------------------------------------ early_terminate
+
+
+def test_a_grid_with_early_terminate_runs_every_cell_with_a_warning():
+    sweep = parse(grid("{lr: {values: [0.1, 0.01]}}", "early_terminate: {type: hyperband, min_iter: 3}\n"))
+    assert [c["lr"] for c in cfgs(sweep)] == [0.1, 0.01]
+    assert sweep.warnings == [
+        "sweep.yaml: early_terminate: ignored: sweepq never stops a cell early, it runs every cell to its end "
+        "(W&B's agent would stop runs that fall behind)."
+    ]
+
+
+# ----------------------------------------------------------------- q_uniform
+
+# What W&B's own grid gives a q_uniform parameter. W&B's engine (wandb/sweeps,
+# src/sweeps/grid_search.py, grid_search_next_runs) turns it into the categorical
+# values `np.arange(min, max, q).tolist()`, with `q` defaulting to 1.0 (its
+# schema.json, param_quniform). These lists were captured by running that engine:
+# `sweeps` 0.3.0 from PyPI (numpy 1.26.4) in a throwaway virtualenv, calling
+# grid_search_next_runs(runs, {"method": "grid", "parameters": {"x": {"distribution":
+# "q_uniform", ...}}}) until it returned None, and pasted here unchanged (numpy
+# 2.4.6's arange gives the same lists).
+WANDB_Q_UNIFORM = [
+    ("{min: 0, max: 10, q: 2}", [0, 2, 4, 6, 8]),
+    ("{min: 0, max: 10, q: 3}", [0, 3, 6, 9]),
+    (
+        "{min: 0, max: 1, q: 0.1}",
+        [0.0, 0.1, 0.2, 0.30000000000000004, 0.4, 0.5, 0.6000000000000001, 0.7000000000000001, 0.8, 0.9],
+    ),
+    (
+        "{min: -1, max: 1, q: 0.3}",
+        [
+            -1.0,
+            -0.7,
+            -0.3999999999999999,
+            -0.09999999999999987,
+            0.20000000000000018,
+            0.5000000000000002,
+            0.8000000000000003,
+        ],
+    ),
+    (
+        "{min: 0.1, max: 0.9, q: 0.07}",
+        [
+            0.1,
+            0.17,
+            0.24000000000000002,
+            0.31000000000000005,
+            0.38,
+            0.45000000000000007,
+            0.52,
+            0.5900000000000001,
+            0.66,
+            0.7300000000000001,
+            0.8,
+            0.87,
+        ],
+    ),
+    ("{min: 0, max: 3}", [0.0, 1.0, 2.0]),
+    ("{min: 1, max: 2, q: 0.25}", [1.0, 1.25, 1.5, 1.75]),
+    ("{min: 0.1, max: 0.4, q: 0.1}", [0.1, 0.2, 0.30000000000000004, 0.4]),  # max itself, by rounding
+    ("{min: 0, max: 0.3, q: 0.1}", [0.0, 0.1, 0.2]),
+    ("{min: 0.0, max: 1.0e-323, q: 1.0e+300}", [0.0]),  # (max - min) / q underflows: numpy still gives min
+    # Values that round to the same float: W&B runs each once (yaml_hash).
+    (
+        "{min: 9007199254740990.0, max: 9007199254740998.0, q: 1.0}",
+        [9007199254740990.0, 9007199254740991.0, 9007199254740992.0, 9007199254740994.0, 9007199254740996.0],
+    ),
+]
+
+
+@pytest.mark.parametrize("spec, expected", WANDB_Q_UNIFORM, ids=[spec for spec, _ in WANDB_Q_UNIFORM])
+def test_q_uniform_is_enumerated_exactly_as_wandbs_grid_does(spec, expected):
+    sweep = parse(grid(f"{{x: {{distribution: q_uniform, {spec[1:]}}}"))
+    got = [c["x"] for c in cfgs(sweep)]
+    assert got == expected
+    assert [type(v) for v in got] == [type(v) for v in expected]  # 0 and 0.0 print differently in ${args}
+    assert [repr(v) for v in got] == [repr(v) for v in expected]
+
+
+def test_q_uniform_takes_its_place_in_wandbs_order():
+    # Captured from W&B's engine as above (grid_search_next_runs with validate=False:
+    # sweeps 0.3.0's SweepConfig validation drops nested parameters).
+    sweep = parse(
+        grid(
+            "{b: {values: [x, y]}, a: {distribution: q_uniform, min: 0, max: 1, q: 0.5}, "
+            "opt: {parameters: {wd: {distribution: q_uniform, min: 0, max: 0.3, q: 0.1}}}}"
+        )
+    )
+    assert [(c["a"], c["b"], c["opt"]["wd"]) for c in cfgs(sweep)] == [
+        (0.0, "x", 0.0), (0.0, "x", 0.1), (0.0, "x", 0.2), (0.0, "y", 0.0), (0.0, "y", 0.1), (0.0, "y", 0.2),
+        (0.5, "x", 0.0), (0.5, "x", 0.1), (0.5, "x", 0.2), (0.5, "y", 0.0), (0.5, "y", 0.1), (0.5, "y", 0.2),
+    ]  # fmt: skip
+    assert sweep.warnings == []
+
+
+def test_q_uniform_without_q_warns_that_its_values_are_floats():
+    sweep = parse(grid("{n: {distribution: q_uniform, min: 2, max: 4}}"))
+    assert [c["n"] for c in cfgs(sweep)] == [2.0, 3.0]
+    assert sweep.warnings == [
+        "sweep.yaml: parameters.n.q: not given, so W&B's default q: 1.0 applies and every value is a float "
+        "(2.0, 3.0, ...), as in W&B. Write q: 1 for whole numbers."
+    ]
+
+
+def test_q_uniform_values_that_round_to_one_float_are_one_cell_with_a_warning():
+    sweep = parse(grid("{x: {distribution: q_uniform, min: 9007199254740990.0, max: 9007199254740998.0, q: 1.0}}"))
+    assert len(sweep.cells) == 5
+    assert sweep.warnings == [
+        "sweep.yaml: parameters.x: 3 of the 8 values from min 9007199254740990.0 by q 1.0 repeat (q is below the "
+        "float precision there); W&B runs each value once, and so does sweepq. Use a larger q."
+    ]
+
+
+@pytest.mark.parametrize(
+    "spec, first",
+    [("{min: 0, max: 1000000000000, q: 3}", [0, 3, 6]), ("{min: 0.5, max: 1.0e+12, q: 0.5}", [0.5, 1.0, 1.5])],
+)
+def test_a_huge_q_uniform_under_run_cap_is_computed_lazily(spec, first):
+    sweep = parse(grid(f"{{x: {{distribution: q_uniform, {spec[1:]}}}", "run_cap: 3\n"))
+    assert [c["x"] for c in cfgs(sweep)] == first
+    assert sweep.warnings[0].startswith("sweep.yaml: run_cap: 3 of ")
+
+
+def test_q_uniform_matches_numpy_arange_on_many_ranges():
+    """W&B's grid calls np.arange(min, max, q).tolist(); numpy is the oracle where it is installed."""
+    np = pytest.importorskip("numpy", reason="numpy (the arithmetic W&B's grid uses) is not installed")
+    chance = random.Random(15)
+    checked = 0
+    while checked < 200:
+        # Thousandths, so that repr never writes e-notation (which YAML 1.1 reads as text).
+        low, high = (kind(chance.randint(-50_000, 50_000) / 1000) for kind in chance.choices([int, float], k=2))
+        q = chance.choice([int, float])(chance.choice([0.1, 0.07, 0.3, 0.013, 2.5, 1, 3, 7]))
+        if not (low < high and q > 0) or (high - low) / q > 1000:
+            continue
+        sweep = parse(grid(f"{{x: {{distribution: q_uniform, min: {low!r}, max: {high!r}, q: {q!r}}}}}"))
+        expected = np.arange(low, high, q).tolist()
+        assert [repr(c["x"]) for c in cfgs(sweep)] == [repr(v) for v in expected], (low, high, q)
+        checked += 1
+
+
+QU = "{x: {distribution: q_uniform, %s}}"
+Q_UNIFORM_ERRORS = {
+    "min not less than max": (
+        QU % "min: 1.5, max: 1.5, q: 0.1",
+        "sweep.yaml: parameters.x: min 1.5 is not less than max 1.5. Make min smaller than max (max is excluded).",
+    ),
+    "q zero": (
+        QU % "min: 0, max: 1, q: 0",
+        "sweep.yaml: parameters.x.q: q 0 is not above 0. Write the step between values, e.g. q: 0.1.",
+    ),
+    "no max": (
+        QU % "min: 0, q: 0.1",
+        "sweep.yaml: parameters.x: q_uniform needs both min and max. Write min: 0, max: 1, q: 0.25 (W&B's grid "
+        "tries min, min + q, ... below max).",
+    ),
+    "min a YAML 1.1 string": (
+        QU % "min: 1e-3, max: 1.0, q: 0.1",
+        "sweep.yaml: parameters.x.min: expected a number, got the string '1e-3'. Write a number (YAML 1.1, which "
+        "sweepq and W&B read, needs a dot and a signed exponent in a float: 1.0e-3).",
+    ),
+    "q a boolean": (
+        QU % "min: 0, max: 1, q: true",
+        "sweep.yaml: parameters.x.q: expected a number, got the boolean true. Write a number.",
+    ),
+    "with values": (
+        QU % "min: 0, max: 1, values: [1]",
+        "sweep.yaml: parameters.x.values: unknown key 'values' in parameters.x. Known keys: distribution, min, "
+        "max, q. Check the spelling or remove it.",
+    ),
+    "span beyond the largest float": (
+        QU % "min: -1.0e+308, max: 1.0e+308, q: 1.0e+307",
+        "sweep.yaml: parameters.x: max - min (1e+308 - -1e+308) is beyond the largest float, so W&B's grid "
+        "(numpy.arange) cannot count its values. Use a narrower range.",
+    ),
+    "more values than can be counted": (
+        QU % "min: 0, max: 1.0e+300, q: 1.0e-300",
+        "sweep.yaml: parameters.x: min 0 to max 1e+300 by q 1e-300 gives about inf values, more than a grid can "
+        "count. Use a larger q or a narrower range.",
+    ),
+    # W&B's grid gives [1.6585414440470254e+308, 1.7049253409854556e+308, 1.7513092379238857e+308, inf]
+    # here (captured as above): a run with x = inf, which no cfg can hold.
+    "reaches infinity": (
+        QU % "min: 1.6585414440470254e+308, max: 1.7976931348623157e+308, q: 4.638389693843009e+306",
+        "sweep.yaml: parameters.x: min 1.6585414440470254e+308 to max 1.7976931348623157e+308 by q "
+        "4.638389693843009e+306 reaches infinity in W&B's arithmetic (numpy.arange), and a cfg holds finite "
+        "numbers only. Use a smaller max.",
+    ),
+    "repeats beyond the cell limit": (
+        QU % "min: 0.5, max: 1.0e+16, q: 1",
+        "sweep.yaml: parameters.x: min 0.5 to max 1e+16 by q 1 gives 10,000,000,000,000,000 values, more than "
+        "sweepq's limit of 10,000 cells, so near the float precision that some may repeat. Use a larger q or a "
+        "narrower range.",
+    ),
+    "q without q_uniform": (
+        "{x: {min: 0, max: 10, q: 2}}",
+        "sweep.yaml: parameters.x.q: `q` goes with distribution: q_uniform only (W&B refuses it here). Add "
+        "distribution: q_uniform to step from min by q (max excluded), or remove q.",
+    ),
+}
+
+
+@pytest.mark.parametrize("text, expected", Q_UNIFORM_ERRORS.values(), ids=Q_UNIFORM_ERRORS.keys())
+def test_q_uniform_that_wandbs_grid_cannot_enumerate_is_refused(text, expected):
+    assert error_of(grid(text)) == expected
+
+
+@pytest.mark.parametrize("distribution", ["q_log_uniform_values", "q_normal", "q_log_normal", "q_beta", "uniform"])
+def test_distributions_wandbs_grid_refuses_are_refused_for_that_reason(distribution):
+    text = grid(f"{{x: {{distribution: {distribution}, min: 1, max: 10, q: 1}}}}")
+    assert error_of(text) == (
+        f"sweep.yaml: parameters.x.distribution: {distribution} samples values at random, and W&B's grid refuses "
+        "it too: a grid enumerates categorical, constant, int_uniform and q_uniform parameters only. List the "
+        "values to try: values: [...] (or int_uniform with integer min and max, or q_uniform with min, max and q)."
+    )
+
+
+# ------------------------------------------------------------ no program
+
+
+@pytest.mark.parametrize(
+    "command, runs",
+    [
+        ("", "W&B's default command runs ${program}"),
+        ("command: ['${env}', '${program}']\n", "the command runs ${program}"),
+    ],
+)
+def test_a_grid_without_program_says_how_to_run_it(command, runs):
+    assert error_of(f"method: grid\n{command}parameters: {{x: {{value: 1}}}}\n") == (
+        f"sweep.yaml: program: is missing, but {runs}: a W&B grid without program: is run by "
+        "wandb.agent(function=...), which sweepq does not call. Add one line, program: train.py, naming the script "
+        "that calls your function (it gets the cell's values as flags, --lr=0.01: parse them and pass them to "
+        "wandb.init(config=...)), or use sweepq's grouped form with train: module:function, where the function is "
+        "called as train(cfg, run)."
+    )
+
+
+def test_the_one_line_the_message_shows_makes_the_file_run():
+    sweep = parse("method: grid\nprogram: train.py\nparameters: {x: {values: [1, 2]}}\n")
+    assert sweep.settings.program == "train.py" and len(sweep.cells) == 2
+
+
+# ------------------------------------------------------------ non-finite values
+
+
+@pytest.mark.parametrize(
+    "parameters, written",
+    [
+        ("{a: {values: [.nan]}}", ".nan"),
+        ("{a: {value: .inf}}", ".inf"),
+        ("{a: {values: [{b: -.inf}]}}", "-.inf"),
+        ("{a: {distribution: q_uniform, min: -.inf, max: 1}}", "-.inf"),
+    ],
+)
+def test_non_finite_values_in_a_wandb_file_are_refused_where_written(parameters, written):
+    text = grid(parameters)
+    column = text.splitlines()[2].index(written) + 1
+    assert error_of(text) == (
+        f"sweep.yaml, line 3, column {column}: {written} reads as {float(written.replace('.', ''))}, and a sweep "
+        "holds finite numbers only (cfgs are JSON, which has no NaN or infinity). Write a finite number, or quote "
+        f"it ('{written}') to pass the text."
+    )
+
+
+def test_plan_json_on_wandb_files_never_crashes_on_non_finite_values(tmp_path):
+    from click.testing import CliRunner
+
+    from sweepq.cli.main import main
+
+    (tmp_path / "train.py").write_text("")
+    spec = tmp_path / "nan.yaml"
+    spec.write_text("method: grid\nprogram: train.py\nparameters: {a: {values: [.nan, 1.0]}}\n")
+    refused = CliRunner().invoke(main, ["plan", str(spec), "--json"])
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
+    assert "finite numbers only" in refused.stderr
+
+    spec = tmp_path / "q.yaml"
+    spec.write_text(
+        "method: grid\nprogram: train.py\nparameters: {a: {distribution: q_uniform, min: 0, max: 0.4, q: 0.1}}\n"
+    )
+    planned = CliRunner().invoke(main, ["plan", str(spec), "--json"])
+    assert planned.exit_code == 0, planned.stderr
+    rows = json.loads(planned.stdout, parse_constant=lambda name: pytest.fail(f"{name} in plan --json"))
+    assert [row["cfg"]["a"] for row in rows] == [0.0, 0.1, 0.2, 0.30000000000000004]
+    assert rows[3]["command"][-1] == "--a=0.30000000000000004"
