@@ -79,10 +79,17 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
 def wait_gone(pids: list[int], timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+        if not any(_alive(p) for p in pids):
             return
         time.sleep(0.05)
     raise AssertionError(f"processes still alive: {pids}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # gone between asking and looking: gone
+        return False
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 120, what: str = "condition") -> Any:
