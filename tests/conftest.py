@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -100,6 +101,27 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 120, what: str = "co
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def trainer_of(launch_pid: int, cell: str | None = None) -> psutil.Process | None:
+    """The training process (of `cell`, when given) under a launch or worker, if one runs now."""
+    needle = f"cells/{cell}/attempts/" if cell is not None else "sweepq.execution.attempt"
+    for p in tree(launch_pid):
+        try:
+            if needle in " ".join(p.cmdline()):
+                return p
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def db_rows(root: Path, sql: str) -> list[tuple]:
+    """Rows of the root's queue, read straight from SQLite."""
+    con = sqlite3.connect(root / "sweepq.db")
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -219,7 +219,7 @@ class Worker:
                 if intent is None and (progress.fenced or owner.lost()):
                     # The cell went to another attempt (or its folder went away): its writes are
                     # refused by the fence anyway; stop spending the machine on it.
-                    _say(f"sweepq: stopping attempt {claim.number} of {claim.cell}: {_why_fenced(owner)}")
+                    diskfull.say(f"sweepq: stopping attempt {claim.number} of {claim.cell}: {_why_fenced(owner)}")
                     intent = Intent.STOP
                     os.kill(self.child.pid, signal.SIGTERM)
                     sent_term_at = now
@@ -269,14 +269,6 @@ class Worker:
         if o.reason not in (Reason.COMPLETED, Reason.PREEMPTED) and not o.error_tail:
             o.error_tail = tail_file(paths.stderr(claim.number))
         return o
-
-
-def _say(line: str) -> None:
-    """A line for whoever watches; a terminal that went away (EIO, EPIPE) never stops the worker."""
-    try:
-        print(line, flush=True)
-    except OSError:
-        pass
 
 
 def _why_fenced(owner: liveness.Ownership) -> str:

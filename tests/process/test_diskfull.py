@@ -27,9 +27,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
-from conftest import cli, env_with, start, tree, wait_for, write
+from conftest import cli, env_with, start, trainer_of, wait_for, write
 from unit.smallfs import SmallDisk, small_disk
 
 from sweepq.execution.diskfull import RESERVE_BYTES
@@ -97,16 +96,6 @@ def attempts(root: Path) -> list[tuple]:
     return query(root, "select number, reason, note, start_step, end_step from attempts order by number")
 
 
-def trainer(launch_pid: int) -> psutil.Process | None:
-    for p in tree(launch_pid):
-        try:
-            if "sweepq.execution.attempt" in " ".join(p.cmdline()):
-                return p
-        except psutil.NoSuchProcess:
-            continue
-    return None
-
-
 def status_text(root: Path, env: dict[str, str]) -> str:
     r = cli("status", "--root", str(root), env=env)
     assert r.returncode == 0, r.stderr
@@ -123,7 +112,7 @@ def test_a_full_disk_costs_only_the_time_until_there_is_room(disk: SmallDisk, tm
     # 1. A stopped trainer is told; then the database meets the full disk.
     (tmp_path / "go1").touch()
     wait_for(lambda: query(root, "select step from cells where step > 6"), what="progress past step 6")
-    frozen = wait_for(functools.partial(trainer, first.pid), what="the training process")
+    frozen = wait_for(functools.partial(trainer_of, first.pid), what="the training process")
     frozen.send_signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     reading = env_with(SWEEPQ_STALL_SECONDS=str(STALL_S), COLUMNS="250")

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
+import subprocess
 from pathlib import Path
 
-import psutil
-from conftest import cli, cli_json, start, tree, wait_for, write
+from conftest import cli, cli_json, db_rows, start, trainer_of, wait_for, write
 
 from sweepq.layout import CellPaths
 
@@ -30,34 +29,22 @@ groups:
 """
 
 
-def _trainer(launch_pid: int) -> psutil.Process | None:
-    for p in tree(launch_pid):
-        try:
-            if "sweepq.execution.attempt" in " ".join(p.cmdline()):
-                return p
-        except psutil.NoSuchProcess:
-            continue
-    return None
-
-
-def _db(root: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(root / "sweepq.db")
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 def _manifests(cell: CellPaths) -> list[dict]:
     return [json.loads(m.read_text()) for m in sorted(cell.checkpoints.glob("step-*/manifest.json"))]
 
 
-def test_deleting_lock_files_never_lets_a_second_process_take_a_live_cell(sweep_dir: Path) -> None:
+def _launched_with_a_checkpoint(sweep_dir: Path) -> tuple[Path, CellPaths, subprocess.Popen[str]]:
+    """The sweep's launch, once cell 1.1 has committed its first checkpoint: (root, cell 1.1, launch)."""
     spec = write(sweep_dir / "fencing.yaml", SPEC)
     root = sweep_dir / "runs" / "fencing"
     cell = CellPaths(root, "1.1")
     first = start("launch", str(spec), "--no-live", cwd=sweep_dir)
     wait_for(lambda: cell.committed_steps(), what="a first checkpoint")
+    return root, cell, first
+
+
+def test_deleting_lock_files_never_lets_a_second_process_take_a_live_cell(sweep_dir: Path) -> None:
+    root, cell, first = _launched_with_a_checkpoint(sweep_dir)
     # What a tmp cleaner or a tidy user does: every lock-looking file goes.
     for f in root.rglob("*"):
         if f.is_file() and ("lock" in f.name) and f.suffix != ".db":
@@ -66,17 +53,13 @@ def test_deleting_lock_files_never_lets_a_second_process_take_a_live_cell(sweep_
     assert second.returncode == 0, second.stdout + second.stderr
     out, _ = first.communicate(timeout=120)
     assert first.returncode == 0, out
-    assert _db(root, "SELECT number, reason FROM attempts WHERE cell_id = '1.1'") == [(1, "completed")]
+    assert db_rows(root, "SELECT number, reason FROM attempts WHERE cell_id = '1.1'") == [(1, "completed")]
     assert {m["attempt"] for m in _manifests(cell)} == {1}
 
 
 def test_a_stopped_trainer_whose_cell_moved_on_commits_nothing_when_continued(sweep_dir: Path) -> None:
-    spec = write(sweep_dir / "fencing.yaml", SPEC)
-    root = sweep_dir / "runs" / "fencing"
-    cell = CellPaths(root, "1.1")
-    first = start("launch", str(spec), "--no-live", cwd=sweep_dir)
-    wait_for(lambda: cell.committed_steps(), what="a first checkpoint")
-    old = wait_for(lambda: _trainer(first.pid), what="the training process")
+    root, cell, first = _launched_with_a_checkpoint(sweep_dir)
+    old = wait_for(lambda: trainer_of(first.pid), what="the training process")
     old.send_signal(signal.SIGSTOP)
     try:
         # A user tidies cells/ while the trainer is stopped: its folder (and its lock) move away,
@@ -92,12 +75,12 @@ def test_a_stopped_trainer_whose_cell_moved_on_commits_nothing_when_continued(sw
     assert second.returncode == 0, out2
     assert first.returncode == 0, out1
 
-    attempts = _db(root, "SELECT number, reason FROM attempts WHERE cell_id = '1.1' ORDER BY number")
+    attempts = db_rows(root, "SELECT number, reason FROM attempts WHERE cell_id = '1.1' ORDER BY number")
     assert attempts == [(1, "lost"), (2, "completed")], attempts
     # Nothing of attempt 1 landed in the cell's folder once attempt 2 owned it.
     assert {m["attempt"] for m in _manifests(cell)} == {2}
     assert json.loads(cell.done.read_text())["attempt"] == 2
-    rows = _db(root, "SELECT DISTINCT attempt FROM checkpoints WHERE cell_id = '1.1' AND state = 'committed'")
+    rows = db_rows(root, "SELECT DISTINCT attempt FROM checkpoints WHERE cell_id = '1.1' AND state = 'committed'")
     assert rows == [(2,)], rows
     # The continued trainer was refused and said so; its worker's writes were refused and recorded.
     stderr = (tidied / "attempts" / "1" / "stderr.log").read_text()

@@ -13,11 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import signal
-import sqlite3
 from pathlib import Path
 
-import psutil
-from conftest import cli, cli_json, kill_tree, start, tree, wait_for, wait_gone, write
+from conftest import cli, cli_json, db_rows, kill_tree, start, trainer_of, wait_for, wait_gone, write
 
 from sweepq.layout import CellPaths
 from sweepq.queue.lock import CellLock
@@ -39,24 +37,6 @@ groups:
 """
 
 
-def _training_process(launch_pid: int, cell: str) -> psutil.Process | None:
-    for p in tree(launch_pid):
-        try:
-            if f"cells/{cell}/attempts/" in " ".join(p.cmdline()):
-                return p
-        except psutil.NoSuchProcess:
-            continue
-    return None
-
-
-def db_rows(root: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(root / "sweepq.db")
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 def test_reboot_mid_sweep_then_same_command(tmp_path: Path) -> None:
     spec = write(tmp_path / "story.yaml", SPEC)
     root = tmp_path / "runs" / "story"
@@ -74,7 +54,7 @@ def test_reboot_mid_sweep_then_same_command(tmp_path: Path) -> None:
         for cell in {"2.2", "2.3"} - frozen:
             steps = CellPaths(root, cell).committed_steps()
             if steps and steps[0] >= 30:
-                trainer = wait_for(functools.partial(_training_process, first.pid, cell), what=f"{cell}'s trainer")
+                trainer = wait_for(functools.partial(trainer_of, first.pid, cell), what=f"{cell}'s trainer")
                 trainer.send_signal(signal.SIGSTOP)
                 frozen.add(cell)
         quick_done = all(CellPaths(root, c).done.exists() for c in ("1.1", "1.2", "1.3", "2.1", "2.4"))
