@@ -26,7 +26,7 @@ from sweepq.checkpoint import serialize
 from sweepq.checkpoint.crashpoints import crash_point
 from sweepq.checkpoint.deletion import wait_deleted
 from sweepq.checkpoint.image import Files
-from sweepq.checkpoint.manifest import FORMAT, STATE, TENSORS, CheckpointCorrupt, tensor_files
+from sweepq.checkpoint.manifest import FORMAT, STATE, TENSORS, CheckpointCorrupt, OtherKind, tensor_files
 from sweepq.checkpoint.storage import CheckpointStorage
 
 # -- writing ------------------------------------------------------------------------
@@ -76,11 +76,11 @@ def write_checkpoint(
     manifest_bytes = (json.dumps(manifest, indent=1, sort_keys=True, allow_nan=True) + "\n").encode()
     if not staged.commit(manifest_bytes):
         existing, msha = storage.read_manifest(step)
-        return _committed(storage.location(step), existing, msha)
-    return _committed(storage.location(step), manifest, hashlib.sha256(manifest_bytes).hexdigest())
+        return committed_from(storage.location(step), existing, msha)
+    return committed_from(storage.location(step), manifest, hashlib.sha256(manifest_bytes).hexdigest())
 
 
-def _committed(path: Path, manifest: dict[str, Any], msha: str) -> Committed:
+def committed_from(path: Path, manifest: dict[str, Any], msha: str) -> Committed:
     return Committed(
         step=int(manifest["step"]),
         path=path,
@@ -115,6 +115,8 @@ def load(storage: CheckpointStorage, step: int) -> Loaded:
     """
     m, msha = storage.read_manifest(step)
     where = storage.location(step)
+    if m.get("kind") == "files":
+        raise OtherKind(where, "files (run.commit_files)", "a training state (run.restore)")
     names = tensor_files(m["files"])
     if names is None:
         raise CheckpointCorrupt(where, "manifest lists no complete set of tensor files")

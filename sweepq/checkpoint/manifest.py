@@ -4,6 +4,8 @@ A checkpoint is a folder `checkpoints/step-<step>/` with three files:
   tensors.safetensors   every tensor of the state (weights, moments, RNG, ...)
   state.json            the state's structure and plain values
   manifest.json         format, step, epoch, metrics, and the size and sha256 of the other files
+A checkpoint of `kind: files` holds instead the files another library wrote
+(Lightning's `.ckpt`, a Hugging Face `checkpoint-N/`), kept as they are (files.py).
 A large state's tensors are split instead over `tensors-00001-of-0000N.safetensors`
 ... (each a complete safetensors file), hashed in parallel (image.py).
 
@@ -71,6 +73,20 @@ class CheckpointTooNew(SweepqError):
             "upgrade sweepq"
         )
         self.path, self.version, self.readable = path, version, readable
+
+
+class OtherKind(SweepqError):
+    """A committed checkpoint of the other kind: a state where files were asked for, or files where a state was.
+
+    Never corruption (moving it aside would lose good work): the program's code
+    changed how it checkpoints, and the user has to decide.
+    """
+
+    def __init__(self, where: Path, found: str, wanted: str) -> None:
+        super().__init__(
+            f"checkpoint {where} holds {found}, but this program resumes from {wanted}: the program's way of "
+            "checkpointing changed since it was written (reset the cell to start it afresh: sweepq reset CELL)"
+        )
 
 
 def shard_name(index: int, count: int) -> str:
@@ -193,6 +209,7 @@ MANIFEST = Field(
             ),
         ),
         "created_at": Field(Kind.STR),
+        "kind": Field(Kind.STR | Kind.NULL),  # "files": files another library wrote (files.py); else a state
         "epoch": Field(NUMBER | Kind.NULL),
         "metrics": Field(Kind.OBJECT | Kind.NULL),
         "attempt": Field(Kind.INT | Kind.NULL),

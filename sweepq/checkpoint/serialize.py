@@ -349,3 +349,16 @@ def parse_safetensors(buf: Any) -> dict[str, torch.Tensor]:
     if at != data_len:
         raise ValueError(f"safetensors: the tensors cover {at} bytes of a {data_len}-byte data section")
     return out
+
+
+def to_device(obj: Any, device: torch.device) -> Any:
+    """A loaded state with every tensor moved to `device` (restore's map_location)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [to_device(v, device) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(to_device(v, device) for v in obj)
+    return obj

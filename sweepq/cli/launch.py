@@ -144,14 +144,22 @@ def describe_start(store: Store, p: Prepared, console: Console) -> None:
     if done:
         console.print(f"  skipping (done): {', '.join(done)}")
     if resume:
-        console.print("  resuming first: " + ", ".join(_resume_point(store, c.id) for c in resume))
+        program = p.sweep.settings.program is not None
+        console.print("  resuming first: " + ", ".join(_resume_point(store, c.id, program) for c in resume))
     if queued:
         console.print(f"  queued: {', '.join(queued)}")
 
 
-def _resume_point(store: Store, cell: str) -> str:
+def _resume_point(store: Store, cell: str, program: bool) -> str:
+    """Where an interrupted cell starts again, as far as sweepq can know."""
     committed = [k.step for k in store.checkpoints(cell) if k.state == "committed"]
-    return f"{cell} (from checkpoint step {max(committed)})" if committed else f"{cell} (no checkpoint yet)"
+    if committed:
+        return f"{cell} (from checkpoint step {max(committed)})"
+    reports = any(a.end_step is not None for a in store.attempts(cell))
+    if not program or reports:
+        return f"{cell} (from scratch: no checkpoint committed)"
+    # A program that keeps its own checkpoints (outside sweepq) may resume from them: sweepq cannot tell.
+    return f"{cell} (unknown: sweepq keeps no checkpoint of this program)"
 
 
 class Launcher:

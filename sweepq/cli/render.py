@@ -322,16 +322,25 @@ def report_table(rows: Sequence[dict[str, Any]]) -> RenderableType:
         table.add_column(col, justify="left" if col == "reason" else "right")
     total_wall = sum(r["wall_hours"] for r in rows) or 1.0
     for r in rows:
+        unknown = "+?" if r.get("steps_unknown") else ""  # a program that does not report its steps
         table.add_row(
             r["reason"],
             str(r["attempts"]),
             f"{r['wall_hours']:.3f}",
             f"{r['gpu_hours']:.3f}",
-            str(r["steps_run"]),
-            str(r["steps_lost"]),
+            f"{r['steps_run']}{unknown}",
+            f"{r['steps_lost']}{unknown}",
             f"{100 * r['wall_hours'] / total_wall:.1f}%",
         )
-    return table
+    unknown_total = sum(r.get("steps_unknown", 0) for r in rows)
+    if not unknown_total:
+        return table
+    note = Text(
+        f"+?: {unknown_total} attempt(s) ran a program that does not report its steps to sweepq, so what they ran "
+        "and lost is unknown (sweepq.Run.from_env() or an integration makes it known)",
+        style="dim",
+    )
+    return Group(table, note)
 
 
 def best_table(rows: Sequence[dict[str, Any]], metric: Metric | None) -> RenderableType:

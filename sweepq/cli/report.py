@@ -14,42 +14,58 @@ from sweepq.queue.store import CheckpointState, Store
 from sweepq.spec.sweep import Metric
 
 
-def steps_lost(attempts: Sequence[AttemptRecord]) -> dict[tuple[str, int], int]:
-    """(cell, attempt number) -> steps that the next attempt had to train again.
+def unknown_steps(a: AttemptRecord) -> bool:
+    """A program ran but told sweepq nothing of its steps (no Run.from_env(), no integration)."""
+    return a.end_step is None and (a.exit_code is not None or a.exit_signal is not None)
+
+
+def steps_lost(attempts: Sequence[AttemptRecord]) -> dict[tuple[str, int], int | None]:
+    """(cell, attempt number) -> steps that the next attempt had to train again; None: unknown.
 
     An attempt that trained to step 830 followed by one resuming from the
     checkpoint at step 800 lost 30 steps; one followed by a fresh start lost all.
+    A program that does not report its steps lost an unknown number: never 0.
     """
     by_cell: dict[str, list[AttemptRecord]] = defaultdict(list)
     for a in attempts:
         by_cell[a.cell].append(a)
-    lost = {}
+    lost: dict[tuple[str, int], int | None] = {}
     for cell, items in by_cell.items():
         items.sort(key=lambda a: a.number)
         for prev, nxt in itertools.pairwise(items):
-            if prev.end_step is None:
-                continue
-            lost[(cell, prev.number)] = max(0, prev.end_step - (nxt.start_step or 0))
+            if unknown_steps(prev):
+                lost[(cell, prev.number)] = None
+            elif prev.end_step is not None:
+                lost[(cell, prev.number)] = max(0, prev.end_step - (nxt.start_step or 0))
     return lost
 
 
 def by_reason(attempts: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
-    """One row per termination reason (running attempts under "running")."""
+    """One row per termination reason (running attempts under "running").
+
+    `steps_run` and `steps_lost` add up what is known; `steps_unknown` counts the
+    attempts of programs that do not report their steps (their share is unknown).
+    """
     lost = steps_lost(attempts)
     rows: dict[str, dict[str, Any]] = {}
     for a in attempts:
         key = a.reason or "running"
-        r = rows.setdefault(
-            key, {"reason": key, "attempts": 0, "wall_hours": 0.0, "gpu_hours": 0.0, "steps_run": 0, "steps_lost": 0}
-        )
+        r = rows.setdefault(key, _row(key))
         r["attempts"] += 1
         r["wall_hours"] += (a.wall_seconds or 0.0) / 3600
         r["gpu_hours"] += (a.gpu_seconds or 0.0) / 3600
         if a.end_step is not None:
             r["steps_run"] += max(0, a.end_step - (a.start_step or 0))
-        r["steps_lost"] += lost.get((a.cell, a.number), 0)
+        elif unknown_steps(a):
+            r["steps_unknown"] += 1
+        r["steps_lost"] += lost.get((a.cell, a.number)) or 0
     order = [r.value for r in Reason] + ["running"]
     return sorted(rows.values(), key=lambda r: order.index(r["reason"]) if r["reason"] in order else len(order))
+
+
+def _row(reason: str) -> dict[str, Any]:
+    counts = ("attempts", "steps_run", "steps_lost", "steps_unknown")
+    return {"reason": reason, "wall_hours": 0.0, "gpu_hours": 0.0} | dict.fromkeys(counts, 0)
 
 
 def best_per_cell(store: Store, metric: Metric | None, top: int) -> list[dict[str, Any]]:

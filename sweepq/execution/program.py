@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sweepq import layout
 from sweepq.atomic import read_json
 from sweepq.checkpoint import storage
 from sweepq.checkpoint.manifest import CheckpointTooNew
@@ -85,7 +86,7 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
     except CheckpointTooNew as e:
         return _not_started("a checkpoint of this cell is from a newer sweepq", str(e)), None
     if signals.requested():
-        return _judged(Evidence(Witness.PROGRAM, stop_requested=True, stop_signal=signals.first_signal())), None
+        return _never_started(launch.env.get(ENV["resume"], "")), None
     print(f"sweepq: cell {spec.cell} attempt {spec.attempt}: {shell_join(launch.argv)}", flush=True)
     sys.stderr.flush()
     before = OomCounters.read()
@@ -130,6 +131,19 @@ def _supervise(proc: subprocess.Popen[bytes]) -> tuple[int, Any, bool, bool]:
             _signal(proc.pid, signal.SIGKILL)
             killed = True
         time.sleep(POLL_S)
+
+
+def _never_started(resume: str) -> Outcome:
+    """Stopped before the program started: it trained nothing, from where it would have resumed.
+
+    Recorded as starting and ending at that checkpoint's step (0 when none), so
+    that the work lost by the attempt before it is counted up to the step the
+    cell really resumes from, not to 0.
+    """
+    o = _judged(Evidence(Witness.PROGRAM, stop_requested=True, stop_signal=signals.first_signal()))
+    found = layout.STEP_DIR.match(Path(resume).name) if resume else None
+    o.start_step = o.end_step = int(found.group(1)) if found else 0
+    return o
 
 
 def _not_started(what: str, detail: str) -> Outcome:

@@ -28,9 +28,10 @@ import torch
 
 from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import serialize, snapshot, storage
+from sweepq.checkpoint.commit import Committed
 from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.checkpoint.image import Files
-from sweepq.execution import fingerprint, reporter, signals
+from sweepq.execution import fingerprint, reporter, run_files, signals
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.cadence import Cadence
 from sweepq.execution.channel import Channel
@@ -69,6 +70,7 @@ class Run:
         self._committed = CommittedSet(self._checkpoints, self._channel)
         self._reporter: reporter.Reporter | None = None  # a program's (Run.from_env())
         self._state_ref: dict[str, Any] | None = None
+        self._resume: tuple[Path | None] | None = None  # resume_path()'s answer, once asked
         self._pending: dict[str, Any] = {}
         self._last_send = 0.0
         self.start_step = 0
@@ -107,30 +109,38 @@ class Run:
         self._committed.supersede_after(loaded.step, "abandoned: the attempt resumed from an earlier step")
         tensors = loaded.state
         if map_location is not None:
-            tensors = _move(tensors, torch.device(map_location))
+            tensors = serialize.to_device(tensors, torch.device(map_location))
         serialize.load_into(state, tensors)
         if loaded.rng:
             serialize.restore_rng(loaded.rng)
-        self.start_step = self.last_step = loaded.step
-        self.start_sha = loaded.manifest_sha256
-        self._warn_if_changed(loaded.manifest.get("fingerprints") or {}, loaded.step)
-        self.epoch = loaded.manifest.get("epoch")
-        best = loaded.manifest.get("best") or {}
-        self.best, self.best_step = best.get("value"), best.get("step")
-        self._cadence.restart_at(loaded.step)
-        self._channel.send(
-            Resumed(
-                step=loaded.step,
-                sha=loaded.manifest_sha256,
-                path=self.paths.relative(loaded.path),
-                epoch=self.epoch,
-                metrics=loaded.manifest.get("metrics") or {},
-                rollback=max_step is not None,
-                best=self.best,
-                best_step=self.best_step,
-            )
-        )
+        self._resumed_from(loaded.step, loaded.manifest_sha256, loaded.path, loaded.manifest, max_step is not None)
         return True
+
+    def resume_path(self) -> Path | None:
+        """The folder of the newest verified checkpoint kept by `commit_files`; None: start fresh.
+
+        For libraries that checkpoint in their own format (sweepq.integrations):
+        every file of the folder was just checked against its manifest, and a
+        checkpoint that fails is moved aside and the previous one tried. Pass the
+        folder (or a file in it) to the library's resume argument. Asked once per
+        attempt; later calls return the same answer.
+        """
+        if self._resume is None:
+            self._resume = (run_files.resume(self),)
+        return self._resume[0]
+
+    def commit_files(self, step: int, files: Path | dict[str, Path], metrics: dict[str, Any] | None = None) -> bool:
+        """Keep the files a library wrote for `step` as a committed, verified checkpoint; False when `step` is kept.
+
+        `files` is a flat folder (a Hugging Face `checkpoint-N/`) or name -> path.
+        They are copied (the library may rewrite or delete its own later), hashed
+        and fsynced, then committed; retention applies as to run.checkpoint.
+        """
+        return run_files.commit(self, int(step), files, metrics or {})
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Whether the sweep's checkpoint policy asks for a checkpoint at `step` (for `commit_files` callers)."""
+        return int(step) > self._cadence.last_scheduled and self._cadence.due(int(step))
 
     def checkpoint(
         self,
@@ -260,15 +270,7 @@ class Run:
         self._writer.flush()  # at most one write in flight; raises its error if it failed
         late = self._guard.owned(state) if overlap and self._overlap else frozenset()
         snap = self._snap.take(tensors, late)
-        meta = {
-            "cell": self.cell,
-            "attempt": self.attempt,
-            "epoch": self.epoch,
-            "metrics": plain(metrics),
-            "best": {"value": self.best, "step": self.best_step},  # the metric's best so far, resumed with it
-            "cfg_hash": self._spec.cfg_hash,
-            "fingerprints": self._spec.fingerprints,
-        }
+        meta = self._meta(metrics)
         self._cadence.last_scheduled = step  # before the job: its _refuse_raced may move it back
         self._writer.submit(lambda: self._commit_snapshot(step, snap, skeleton, rng, meta))
         self._guard.arm(snap)  # after the job is handed over: a copy that never starts never holds a step
@@ -304,7 +306,21 @@ class Run:
         # Checkpoints at or after this step belong to an abandoned timeline (this
         # attempt never scheduled them): a resume must never land on them.
         self._committed.supersede_after(step - 1, "abandoned: training restarted from an earlier step")
-        c = checkpoint.write_checkpoint(self._checkpoints, step, skeleton, buffers, meta, image)
+        self._after_commit(checkpoint.write_checkpoint(self._checkpoints, step, skeleton, buffers, meta, image))
+
+    def _meta(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "cell": self.cell,
+            "attempt": self.attempt,
+            "epoch": self.epoch,
+            "metrics": plain(metrics),
+            "best": {"value": self.best, "step": self.best_step},  # the metric's best so far, resumed with it
+            "cfg_hash": self._spec.cfg_hash,
+            "fingerprints": self._spec.fingerprints,
+        }
+
+    def _after_commit(self, c: Committed) -> None:
+        step = c.step
         self._committed.add(step, {"step": step, "metrics": c.metrics, "epoch": c.epoch})
         self._channel.send(
             Checkpointed(
@@ -320,6 +336,27 @@ class Run:
         )
         metric = (self._metric.name, self._metric.goal) if self._metric and self._policy.keep_best else None
         self._committed.retain(self._policy.keep_last, metric)
+
+    def _resumed_from(self, step: int, sha: str, path: Path, manifest: dict[str, Any], rollback: bool) -> None:
+        self.start_step = self.last_step = step
+        self.start_sha = sha
+        self._warn_if_changed(manifest.get("fingerprints") or {}, step)
+        self.epoch = manifest.get("epoch")
+        best = manifest.get("best") or {}
+        self.best, self.best_step = best.get("value"), best.get("step")
+        self._cadence.restart_at(step)
+        self._channel.send(
+            Resumed(
+                step=step,
+                sha=sha,
+                path=self.paths.relative(path),
+                epoch=self.epoch,
+                metrics=manifest.get("metrics") or {},
+                rollback=rollback,
+                best=self.best,
+                best_step=self.best_step,
+            )
+        )
 
     def _warn_if_changed(self, then: dict[str, Any], step: int) -> None:
         """Resuming weights under different code or data is usually a mistake: say so."""
@@ -355,18 +392,6 @@ class Run:
                 step=self.last_step, epoch=self.epoch, scalars=self._pending, best=self.best, best_step=self.best_step
             )
         )
-
-
-def _move(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: _move(v, device) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_move(v, device) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_move(v, device) for v in obj)
-    return obj
 
 
 __all__ = ["DataError", "NonFiniteLoss", "Run"]

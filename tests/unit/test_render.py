@@ -354,6 +354,28 @@ def test_report_by_reason() -> None:
     assert text(render.report_table(rows)) == REPORT_GOLDEN
 
 
+# A program cell: 3.1 reports its steps (Run.from_env()); its attempt 2 was stopped before its program
+# started, so it "ran" from the checkpoint it would have resumed from (step 100) to the same step. 3.2's
+# program reports nothing: what it ran and lost is unknown, never 0.
+PROGRAM_ATTEMPTS = [
+    attempt(1, 0, cell="3.1", end_step=116, exit_code=0, reason="preempted", wall_seconds=60.0),
+    attempt(2, 2, cell="3.1", start_step=100, end_step=100, reason="preempted", wall_seconds=1.0),
+    attempt(3, 3, cell="3.1", start_step=100, end_step=300, exit_code=0, reason="completed", wall_seconds=90.0),
+    attempt(1, 0, cell="3.2", exit_signal=9, reason="lost", wall_seconds=60.0),
+    attempt(2, 2, cell="3.2", exit_code=0, reason="completed", wall_seconds=90.0),
+]
+
+
+def test_lost_work_of_programs_is_counted_to_the_real_resume_point_or_said_unknown() -> None:
+    assert report.steps_lost(PROGRAM_ATTEMPTS) == {("3.1", 1): 16, ("3.1", 2): 0, ("3.2", 1): None}
+    rows = {r["reason"]: r for r in report.by_reason(PROGRAM_ATTEMPTS)}
+    assert (rows["preempted"]["steps_lost"], rows["preempted"]["steps_unknown"]) == (16, 0)
+    assert (rows["lost"]["steps_run"], rows["lost"]["steps_lost"], rows["lost"]["steps_unknown"]) == (0, 0, 1)
+    shown = text(render.report_table(list(rows.values())), width=120)
+    assert " lost              1 " in shown and "0+?" in shown
+    assert "+?: 2 attempt(s) ran a program that does not report its steps" in shown
+
+
 # -- why a cell failed (sweepq/cli/failures.py): one line in status and launch, and where the logs are
 
 CHAINED = """\
