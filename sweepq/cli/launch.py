@@ -138,16 +138,27 @@ def describe_start(store: Store, p: Prepared, console: Console) -> None:
     queued = [c.id for c in cells if c.state is CellState.QUEUED]
     console.print(f"sweep [bold]{p.sweep.settings.name}[/] at {render.shown_path(p.root)}: {len(cells)} cells")
     if p.plan.new and len(p.plan.new) != len(cells):
-        console.print(f"  new cells: {', '.join(c.id for c in p.plan.new)}")
+        console.print(f"  new cells: {listed([c.id for c in p.plan.new])}")
     if p.plan.removed:
-        console.print(f"  [yellow]no longer in the file (kept, not run):[/] {', '.join(p.plan.removed)}")
+        console.print(f"  [yellow]no longer in the file (kept, not run):[/] {listed(p.plan.removed)}")
     if done:
-        console.print(f"  skipping (done): {', '.join(done)}")
+        console.print(f"  skipping (done): {listed(done)}")
     if resume:
         program = p.sweep.settings.program is not None
-        console.print("  resuming first: " + ", ".join(_resume_point(store, c.id, program) for c in resume))
+        points = [_resume_point(store, c.id, program) for c in resume[:LISTED]]
+        console.print(f"  resuming first: {listed(points, len(resume))}")
     if queued:
-        console.print(f"  queued: {', '.join(queued)}")
+        console.print(f"  queued: {listed(queued)}")
+
+
+LISTED = 20  # cell ids named in one line of the launch's summary; a 100,000-cell sweep gets a count
+
+
+def listed(items: list[str], total: int | None = None) -> str:
+    """The first LISTED items, then how many more: `sweepq status` lists them all."""
+    total = len(items) if total is None else total
+    shown = ", ".join(items[:LISTED])
+    return shown if total <= LISTED else f"{shown}, … and {total - LISTED:,} more (sweepq status lists every cell)"
 
 
 def _resume_point(store: Store, cell: str, program: bool) -> str:

@@ -455,3 +455,13 @@ def test_status_says_why_cells_failed_and_where_their_logs_are() -> None:
     assert sorted(asked) == ["error", "oom"]  # one question per reason shown, none for lost or completed
     assert text(render.status_table(cells, None, notes=notes, now=T0)) == FAILED_GOLDEN
     assert failures.failure_notes(cells[:1], ended_by, ".")["1.1"].endswith("(see sweepq logs 1.1)")
+
+
+def test_a_launch_names_at_most_twenty_cells_per_line() -> None:
+    from sweepq.cli.launch import listed
+
+    ids = [f"1.{i}" for i in range(1, 100_001)]
+    line = listed(ids)
+    assert line.startswith("1.1, 1.2, ") and "1.20, … and 99,980 more (sweepq status lists every cell)" in line
+    assert len(line) < 200
+    assert listed(ids[:20]) == ", ".join(ids[:20])
