@@ -7,7 +7,14 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast check bench wheel-test clean
+# W&B's own sweep engine, for the W&B table test only (tests/spec/test_wandb_engine.py): PyPI's
+# `sweeps` (pins numpy<2, pulls scipy and scikit-learn) and `wandb`, in a virtualenv of their own
+# so that neither touches sweepq's dependencies. Built once; again when its pins change.
+WANDB_VENV := .venv-wandb
+WANDB_STAMP := $(WANDB_VENV)/.installed
+WANDB_PINS := tests/wandb_engine/requirements.txt
+
+.PHONY: run test test-fast check bench wheel-test clean wandb-engine
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,16 +23,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test,check]"
 	touch $(STAMP)
 
+$(WANDB_STAMP): $(WANDB_PINS)
+	test -x $(WANDB_VENV)/bin/python || $(PY) -m venv $(WANDB_VENV)
+	$(WANDB_VENV)/bin/pip install --quiet -r $(WANDB_PINS)
+	touch $(WANDB_STAMP)
+
+wandb-engine: $(WANDB_STAMP)
+
 run: $(STAMP)
 	$(BIN)/sweepq launch sweeps/llm-analysis.yaml
 
 # Two test processes (pytest-xdist), each taking whole files: the process tests spend much of
 # their time waiting on the sweeps they start, so two at once nearly halve the wall time.
-test: $(STAMP)
+test: $(STAMP) $(WANDB_STAMP)
 	$(BIN)/pytest -q -ra -n 2 --dist loadfile; code=$$?; if [ $$code -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$code
 
 # The in-process core (tests/unit) and the quick integration tests: a loop of under a minute.
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(WANDB_STAMP)
 	$(BIN)/pytest -q -ra -m "not slow and not process"; code=$$?; if [ $$code -eq 5 ]; then exit 0; fi; exit $$code
 
 # The static gate: ruff (lint) and mypy (types), settings in pyproject.toml.
@@ -38,4 +52,4 @@ bench: $(STAMP)
 	@$(BIN)/python bench/checkpoint.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info runs
+	rm -rf $(VENV) $(WANDB_VENV) build dist *.egg-info runs

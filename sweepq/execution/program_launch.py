@@ -143,7 +143,7 @@ def prepare(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> Launch:
     paths.output.mkdir(exist_ok=True)
     atomic_write_json(paths.cfg, spec.cfg)
     args_file = paths.args  # what ${args_json_file} stands for (as `sweepq plan` shows)
-    atomic_write_bytes(args_file, args_json(spec.cfg).encode())
+    atomic_write_bytes(args_file, args_json(spec.cfg, settings.form).encode())
     paths.outcome(spec.attempt).unlink(missing_ok=True)
     render = partial(render_command, settings, spec.cfg, args_json_file=str(args_file), environ=os.environ)
     argv = render(cell_dir=str(paths.dir), output_dir=str(paths.output))

@@ -11,9 +11,12 @@ kept across attempts), `${cell_dir}` (the cell's folder) and `${sweep_dir}` (the
 sweep file's folder).
 
 Values print the way W&B's agent prints them (`f"--{key}={value}"`, so Python's
-`str`: `True`, `None`, `1e-05`, `{'lr': 0.1}`). In a W&B file `${args}` gives one
-flag per top-level key; in the grouped form it gives one flag per leaf path
-(`--optim.lr=0.1`), which W&B files can ask for with sweepq's `${args_flat}`.
+`str`: `True`, `None`, `1e-05`, `{'lr': 0.1}`); in a W&B file they are first
+spelled as the agent receives them (`2.0` as `2`, mapping keys sorted: see
+wandb_command.py). In a W&B file `${args}` gives one flag per top-level key; in
+the grouped form it gives one flag per leaf path (`--optim.lr=0.1`), which W&B
+files can ask for with sweepq's `${args_flat}`. `${args_append_hydra}` and
+`${args_override_hydra}` are W&B's Hydra styles: `+key=value` and `++key=value`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sweepq.errors import SpecError
+from sweepq.spec.wandb_command import as_agent_gets
 
 if TYPE_CHECKING:
     from sweepq.spec.types import Settings
@@ -39,6 +43,8 @@ ARGS_MACROS = frozenset(
         "args_no_hyphens",
         "args_no_boolean_flags",
         "args_no_equals",  # W&B's agent has it too, though its docs do not list it
+        "args_append_hydra",
+        "args_override_hydra",
         "args_json",
         "args_json_file",
         "args_flat",
@@ -173,11 +179,12 @@ def _expand(name: str, settings: Settings, cfg: Mapping[str, Any], args_json_fil
             )
         return [settings.program]
     if name == "args_json":
-        return [args_json(cfg)]
+        return [args_json(cfg, settings.form)]
     if name == "args_json_file":
         return [args_json_file]
-    items = flat_items(cfg) if name == "args_flat" else args_items(cfg, settings.form)
-    return _FLAG_STYLES[name](items)
+    if name == "args_flat":
+        return _FLAG_STYLES[name](flat_items(as_agent_gets(cfg) if settings.form == "wandb" else cfg))
+    return _FLAG_STYLES[name](args_items(cfg, settings.form))
 
 
 def _substitute(
@@ -206,11 +213,12 @@ def _substitute(
 def args_items(cfg: Mapping[str, Any], form: str) -> list[tuple[str, Any]]:
     """The (name, value) pairs that `${args}` prints for this sweep form.
 
-    W&B form: one pair per top-level key (a nested mapping is one value); grouped
-    form: one pair per leaf, named by its dotted path.
+    W&B form: one pair per top-level key (a nested mapping is one value), each
+    value as W&B's agent receives it; grouped form: one pair per leaf, named by
+    its dotted path.
     """
     if form == "wandb":
-        return sorted(cfg.items())
+        return list(as_agent_gets(cfg).items())
     return flat_items(cfg)
 
 
@@ -228,9 +236,12 @@ def flat_items(cfg: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return items
 
 
-def args_json(cfg: Mapping[str, Any]) -> str:
-    """The cfg as `${args_json}` passes it (and the args JSON file holds): one JSON text."""
-    return json.dumps(cfg, sort_keys=True)
+def args_json(cfg: Mapping[str, Any], form: str = "grouped") -> str:
+    """The cfg as `${args_json}` passes it (and the args JSON file holds): one JSON text.
+
+    In a W&B file, the values as W&B's agent receives them (`2.0` as `2`).
+    """
+    return json.dumps(as_agent_gets(cfg) if form == "wandb" else cfg, sort_keys=True)
 
 
 def _flags(items: list[tuple[str, Any]]) -> list[str]:
@@ -253,6 +264,14 @@ def _flags_no_boolean(items: list[tuple[str, Any]]) -> list[str]:
     return flags
 
 
+def _flags_append_hydra(items: list[tuple[str, Any]]) -> list[str]:
+    return [f"+{name}={value}" for name, value in items]
+
+
+def _flags_override_hydra(items: list[tuple[str, Any]]) -> list[str]:
+    return [f"++{name}={value}" for name, value in items]
+
+
 def _flags_no_equals(items: list[tuple[str, Any]]) -> list[str]:
     argv = []
     for name, value in items:
@@ -266,6 +285,8 @@ _FLAG_STYLES = {
     "args_no_hyphens": _flags_no_hyphens,
     "args_no_boolean_flags": _flags_no_boolean,
     "args_no_equals": _flags_no_equals,
+    "args_append_hydra": _flags_append_hydra,
+    "args_override_hydra": _flags_override_hydra,
 }
 
 __all__ = [

@@ -20,8 +20,13 @@ A cell's cfg is nested like the run config W&B gives the program:
 The file is one group, named after its `name:` when that is a valid group
 name, else "default" (as a grouped file's top-level `grid:`).
 
+Command lines are W&B's agent's (command.py, wandb_command.py): the same
+macros, `${args_override_hydra}` and `${args_append_hydra}` included, and values
+spelled as the agent receives them from W&B's server (`2.0` as `2`).
+
 Where W&B silently ignores something (unknown keys, unknown macros, a goal it
-does not know), sweepq refuses the file, so that nothing written is lost.
+does not know, an `${envvar:name}` its agent does not expand), sweepq refuses
+the file, so that nothing written is lost.
 `early_terminate` is accepted with a warning: W&B would stop some runs early,
 sweepq runs every cell to its end.
 """
@@ -53,6 +58,7 @@ from sweepq.spec.read import (
     sweep_name,
 )
 from sweepq.spec.types import DEFAULT_MAX_CELLS, GroupSpec, Metric, Settings, Sweep
+from sweepq.spec.wandb_command import envvar_problem
 from sweepq.spec.wandb_params import Steps, WandbParameter, read_parameters
 
 WANDB_KEYS = (
@@ -91,7 +97,7 @@ def parse_wandb(ctx: SpecContext, data: dict) -> Sweep:
     _check_method(ctx, data["method"])  # first: a bayes file is refused for being bayes, whatever else it holds
     _check_top_level_keys(ctx, data)
     written_name = sweep_name(ctx, data)
-    command = read_command(ctx, data["command"], numbers_as_text=True) if "command" in data else None
+    command = _read_wandb_command(ctx, data["command"]) if "command" in data else None
     program = optional_str(ctx, data, "program")
     check_no_nul(ctx, program, "program")
     if program is None and "${program}" in (command or DEFAULT_COMMAND):
@@ -136,6 +142,15 @@ def _check_top_level_keys(ctx: SpecContext, data: dict) -> None:
     check_keys(ctx, data, WANDB_KEYS, "")
     if "parameters" not in data:
         raise ctx.error("", "a W&B grid sweep needs `parameters:`", "Add parameters: {lr: {values: [0.1, 0.01]}}")
+
+
+def _read_wandb_command(ctx: SpecContext, value: Any) -> list[str]:
+    tokens = read_command(ctx, value, numbers_as_text=True)
+    problem = envvar_problem(tokens)
+    if problem is not None:
+        position, text, fix = problem
+        raise ctx.error("command", f"token {position}: {text}", fix)
+    return tokens
 
 
 def _missing_program(ctx: SpecContext, command: list[str] | None) -> SpecError:

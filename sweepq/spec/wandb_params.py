@@ -207,8 +207,8 @@ def _read_int_range(ctx: SpecContext, spec: dict, distribution: str | None, wher
             )
         raise ctx.error(
             where,
-            f"min {low!r} and max {high!r} are not both integers, so W&B reads a continuous uniform distribution, "
-            "which a grid can't enumerate",
+            f"min {low!r} and max {high!r} are not both integers: W&B reads two floats as a continuous uniform "
+            "distribution, which a grid can't enumerate, and refuses a float with an integer as ambiguous",
             "List the values to try: values: [...], give integer min and max, or add distribution: q_uniform "
             "and q to step from min by q",
         )

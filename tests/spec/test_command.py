@@ -55,7 +55,7 @@ def test_default_command_renders_like_the_wandb_agent():
         "--lr=1e-05",
         "--none=None",
         "--off=False",
-        "--optim={'name': 'sgd', 'beta': {'b1': 0.9}}",
+        "--optim={'beta': {'b1': 0.9}, 'name': 'sgd'}",  # keys sorted, as the agent receives them
         "--tag=a b",
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import textwrap
@@ -11,6 +12,7 @@ import pytest
 from conftest import HERE
 
 from sweepq.errors import SpecError
+from sweepq.spec.command import args_json, render_command
 from sweepq.spec.sweep import DEFAULT_MAX_CELLS, load_sweep, parse_sweep
 
 DATA = HERE / "data" / "specs"
@@ -341,7 +343,7 @@ ERRORS = {
     "min equals max": (grid("{x: {min: 3, max: 3}}"), ["min 3 is not less than max 3"]),
     "float bounds": (
         grid("{x: {min: 0.1, max: 1}}"),
-        ["parameters.x: min 0.1 and max 1 are not both integers", "continuous uniform"],
+        ["parameters.x: min 0.1 and max 1 are not both integers", "continuous uniform", "refuses a float with an"],
     ),
     "int_uniform with floats": (
         grid("{x: {distribution: int_uniform, min: 1.0, max: 3}}"),
@@ -399,6 +401,18 @@ ERRORS = {
     "macro inside a token": (
         grid("{x: {value: 1}}", "command: ['${program}', '--x=${x}']\n"),
         ["command: token 2: the macro ${x} is inside the longer token '--x=${x}'"],
+    ),
+    "envvar name W&B's agent does not expand": (
+        grid("{x: {value: 1}}", "command: ['${program}', '${envvar:my_token}']\n"),
+        [
+            "sweep.yaml: command: token 2: W&B's agent expands ${envvar:NAME} only where NAME is capital letters, "
+            "digits and _, so it would drop the token. Name the variable in capitals: export MY_TOKEN=... and "
+            "write ${envvar:MY_TOKEN}."
+        ],
+    ),
+    "envvar name W&B's agent does not expand, inside a token": (
+        grid("{x: {value: 1}}", "command: ['${program}', '--home=${envvar:Home}/x']\n"),
+        ["command: token 2: W&B's agent", "so it would pass ${envvar:Home} to the program as written"],
     ),
     "command not a list": (
         grid("{x: {value: 1}}", "command: python train.py\n"),
@@ -739,3 +753,80 @@ def test_plan_json_on_wandb_files_never_crashes_on_non_finite_values(tmp_path):
     rows = json.loads(planned.stdout, parse_constant=lambda name: pytest.fail(f"{name} in plan --json"))
     assert [row["cfg"]["a"] for row in rows] == [0.0, 0.1, 0.2, 0.30000000000000004]
     assert rows[3]["command"][-1] == "--a=0.30000000000000004"
+
+
+# ------------------------------------------------- command lines, as W&B's agent builds them
+
+
+def command_lines(text: str, *tokens: str) -> list[list[str]]:
+    """Every cell's command line, the file's own or one made of `tokens`."""
+    sweep = parse(text)
+    settings = dataclasses.replace(sweep.settings, command=list(tokens)) if tokens else sweep.settings
+    return [render_command(settings, cell.cfg, args_json_file="/a.json", environ={}) for cell in sweep.cells]
+
+
+# Captured from W&B's agent (wandb 0.31.0, create_sweep_command_args) on W&B's own nested example
+# (wandb/sweeps, examples/nested-params/sweep-nested-cli.yaml), its first run.
+NESTED = """\
+method: grid
+program: train-nested-cli.py
+command: ['${env}', '${interpreter}', '${program}', '${args_override_hydra}', '${args_append_hydra}']
+parameters:
+  batch_size: {values: [32, 64]}
+  optimizer:
+    parameters:
+      lr: {values: [0.001, 0.0001]}
+      nadam: {parameters: {beta: {values: [0.9, 0.95]}}}
+"""
+
+
+def test_hydra_macros_expand_as_wandbs_agent_does():
+    first = command_lines(NESTED)[0]
+    assert first == [
+        "/usr/bin/env",
+        "python",
+        "train-nested-cli.py",
+        "++batch_size=32",
+        "++optimizer={'lr': 0.001, 'nadam': {'beta': 0.9}}",
+        "+batch_size=32",
+        "+optimizer={'lr': 0.001, 'nadam': {'beta': 0.9}}",
+    ]
+
+
+def test_hydra_macros_in_the_grouped_form_override_each_leaf():
+    sweep = parse_sweep(
+        "name: g\nprogram: t.py\ncommand: ['${program}', '${args_override_hydra}']\n"
+        "grid: {optim.lr: [0.1], optim.name: [sgd]}\n",
+        "g.yaml",
+    )
+    argv = render_command(sweep.settings, sweep.cells[0].cfg, args_json_file="/a.json", environ={})
+    assert argv == ["t.py", "++optim.lr=0.1", "++optim.name=sgd"]
+
+
+def test_whole_number_floats_reach_the_program_as_ints_as_from_wandbs_server():
+    # W&B's server re-encodes a run's values (Go float64): 1.0 reaches the agent as 1, at any
+    # depth, mapping keys sorted; from 1e21 on Go writes an exponent and the value stays a float.
+    text = grid("{x: {values: [1.0, 2.5]}, d: {value: {b: 2.0, a: [1.0, 0.5]}}, big: {value: 1.0e+21}}")
+    sweep = parse(text)
+    assert sweep.cells[0].cfg == {"big": 1e21, "d": {"b": 2.0, "a": [1.0, 0.5]}, "x": 1.0}  # the file's values
+    assert isinstance(sweep.cells[0].cfg["x"], float)
+    assert [argv[3:] for argv in command_lines(text)] == [
+        ["--big=1e+21", "--d={'a': [1, 0.5], 'b': 2}", "--x=1"],
+        ["--big=1e+21", "--d={'a': [1, 0.5], 'b': 2}", "--x=2.5"],
+    ]
+    assert command_lines(text, "${args_json}")[0] == ['{"big": 1e+21, "d": {"a": [1, 0.5], "b": 2}, "x": 1}']
+    assert args_json(sweep.cells[0].cfg, "wandb") == '{"big": 1e+21, "d": {"a": [1, 0.5], "b": 2}, "x": 1}'
+    assert command_lines(text, "${args_flat}")[0] == ["--big=1e+21", "--d.a=[1, 0.5]", "--d.b=2", "--x=1"]
+
+
+def test_the_grouped_form_keeps_pythons_spelling():
+    sweep = parse_sweep("name: g\nprogram: t.py\ngrid: {x: [2.0]}\n", "g.yaml")
+    assert render_command(sweep.settings, sweep.cells[0].cfg, args_json_file="/a.json", environ={})[-1] == "--x=2.0"
+    assert args_json(sweep.cells[0].cfg) == '{"x": 2.0}'
+
+
+def test_envvar_names_wandbs_agent_expands_are_accepted():
+    text = grid("{x: {value: 1}}", "command: ['${program}', '--key=${envvar:WANDB_API_KEY_2}', '${args}']\n")
+    sweep = parse(text)
+    argv = render_command(sweep.settings, sweep.cells[0].cfg, args_json_file="/a", environ={"WANDB_API_KEY_2": "k"})
+    assert argv == ["train.py", "--key=k", "--x=1"]
