@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from sweepq.cli import failures, launch_lock, render
+from sweepq.cli import failures, launch_lock, launch_summary, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
 from sweepq.execution.diskfull import EXIT_DISK_FULL, workers_stopped
@@ -126,51 +126,6 @@ def apply(p: Prepared) -> Store:
         store.close()
         raise
     return store
-
-
-def describe_start(store: Store, p: Prepared, console: Console) -> None:
-    """Say what this launch will do, in the user's words."""
-    for w in p.sweep.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-    cells = [c for c in store.cells() if not c.removed]
-    done = [c.id for c in cells if c.state is CellState.DONE]
-    resume = [c for c in cells if c.state is CellState.INTERRUPTED]
-    queued = [c.id for c in cells if c.state is CellState.QUEUED]
-    console.print(f"sweep [bold]{p.sweep.settings.name}[/] at {render.shown_path(p.root)}: {len(cells)} cells")
-    if p.plan.new and len(p.plan.new) != len(cells):
-        console.print(f"  new cells: {listed([c.id for c in p.plan.new])}")
-    if p.plan.removed:
-        console.print(f"  [yellow]no longer in the file (kept, not run):[/] {listed(p.plan.removed)}")
-    if done:
-        console.print(f"  skipping (done): {listed(done)}")
-    if resume:
-        program = p.sweep.settings.program is not None
-        points = [_resume_point(store, c.id, program) for c in resume[:LISTED]]
-        console.print(f"  resuming first: {listed(points, len(resume))}")
-    if queued:
-        console.print(f"  queued: {listed(queued)}")
-
-
-LISTED = 20  # cell ids named in one line of the launch's summary; a 100,000-cell sweep gets a count
-
-
-def listed(items: list[str], total: int | None = None) -> str:
-    """The first LISTED items, then how many more: `sweepq status` lists them all."""
-    total = len(items) if total is None else total
-    shown = ", ".join(items[:LISTED])
-    return shown if total <= LISTED else f"{shown}, … and {total - LISTED:,} more (sweepq status lists every cell)"
-
-
-def _resume_point(store: Store, cell: str, program: bool) -> str:
-    """Where an interrupted cell starts again, as far as sweepq can know."""
-    committed = [k.step for k in store.checkpoints(cell) if k.state == "committed"]
-    if committed:
-        return f"{cell} (from checkpoint step {max(committed)})"
-    reports = any(a.end_step is not None for a in store.attempts(cell))
-    if not program or reports:
-        return f"{cell} (from scratch: no checkpoint committed)"
-    # A program that keeps its own checkpoints (outside sweepq) may resume from them: sweepq cannot tell.
-    return f"{cell} (unknown: sweepq keeps no checkpoint of this program)"
 
 
 class Launcher:
@@ -363,7 +318,7 @@ def _run(store: Store, prepared: Prepared, launcher: Launcher, ready_fd: int | N
     console = launcher.console
     reconcile_markers(store)
     reap(store)
-    describe_start(store, prepared, console)
+    launch_summary.describe_start(store, prepared.sweep, prepared.root, prepared.plan, console)
     if store.unsettled() == 0:
         console.print("nothing to do: every cell is done, failed or cancelled")
         return exit_code(store, False)

@@ -53,4 +53,5 @@ def commit(run: Run, step: int, given: Path | dict[str, Path], metrics: dict[str
     run._after_commit(files.write_files_checkpoint(run._checkpoints, step, sources, run._meta(metrics)))
     run._cadence.last_scheduled = step
     run._cadence.paused(time.perf_counter() - t0)
+    run._send_log()  # progress shown at least up to the step kept (logs otherwise wait for the next log call)
     return True

@@ -458,7 +458,7 @@ def test_status_says_why_cells_failed_and_where_their_logs_are() -> None:
 
 
 def test_a_launch_names_at_most_twenty_cells_per_line() -> None:
-    from sweepq.cli.launch import listed
+    from sweepq.cli.launch_summary import listed
 
     ids = [f"1.{i}" for i in range(1, 100_001)]
     line = listed(ids)

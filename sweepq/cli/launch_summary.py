@@ -1,0 +1,58 @@
+"""What a launch says before it starts: the cells it skips, resumes and queues, in the user's words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from sweepq.cli import render
+from sweepq.queue import reconcile
+from sweepq.queue.states import CellState
+from sweepq.queue.store import Store
+from sweepq.spec.sweep import Sweep
+
+
+def describe_start(store: Store, sweep: Sweep, root: Path, plan: reconcile.ReconcilePlan, console: Console) -> None:
+    """Say what this launch will do, in the user's words."""
+    for w in sweep.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    cells = [c for c in store.cells() if not c.removed]
+    done = [c.id for c in cells if c.state is CellState.DONE]
+    resume = [c for c in cells if c.state is CellState.INTERRUPTED]
+    queued = [c.id for c in cells if c.state is CellState.QUEUED]
+    console.print(f"sweep [bold]{sweep.settings.name}[/] at {render.shown_path(root)}: {len(cells)} cells")
+    if plan.new and len(plan.new) != len(cells):
+        console.print(f"  new cells: {listed([c.id for c in plan.new])}")
+    if plan.removed:
+        console.print(f"  [yellow]no longer in the file (kept, not run):[/] {listed(plan.removed)}")
+    if done:
+        console.print(f"  skipping (done): {listed(done)}")
+    if resume:
+        program = sweep.settings.program is not None
+        points = [_resume_point(store, c.id, program) for c in resume[:LISTED]]
+        console.print(f"  resuming first: {listed(points, len(resume))}")
+    if queued:
+        console.print(f"  queued: {listed(queued)}")
+
+
+LISTED = 20  # cell ids named in one line of the launch's summary; a 100,000-cell sweep gets a count
+
+
+def listed(items: list[str], total: int | None = None) -> str:
+    """The first LISTED items, then how many more: `sweepq status` lists them all."""
+    total = len(items) if total is None else total
+    shown = ", ".join(items[:LISTED])
+    return shown if total <= LISTED else f"{shown}, … and {total - LISTED:,} more (sweepq status lists every cell)"
+
+
+def _resume_point(store: Store, cell: str, program: bool) -> str:
+    """Where an interrupted cell starts again, as far as sweepq can know."""
+    committed = [k.step for k in store.checkpoints(cell) if k.state == "committed"]
+    if committed:
+        return f"{cell} (from checkpoint step {max(committed)})"
+    reports = any(a.end_step is not None for a in store.attempts(cell))
+    if not program or reports:
+        return f"{cell} (from scratch: no checkpoint committed)"
+    # A program that keeps its own checkpoints (outside sweepq) may resume from them: sweepq cannot tell.
+    return f"{cell} (unknown: sweepq keeps no checkpoint of this program)"
