@@ -1,0 +1,134 @@
+"""A Lightning script with SweepqCallback, run by the real CLI: kill -9, SIGTERM, resume, completion.
+
+One cell of tests/programs/lightning_script.py (a LightningModule, a DataModule,
+argparse, ModelCheckpoint and CSV logs, plus the callback) goes through a kill -9
+mid-fit and a SIGTERM to the program alone, each followed by the launch's own
+retry, and completes. Its final weights equal those of the same script run on
+its own, outside sweepq, at the same time. (Importing Lightning costs seconds a
+process here: one cell, three attempts.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+from conftest import HERE, cli, db_rows, start, tree, wait_for, write
+
+SCRIPT = HERE / "programs" / "lightning_script.py"
+# Attempt 1 waits after step 12 (killed -9 there), attempt 2 after step 13 (SIGTERM); 8 batches an
+# epoch, 32 steps in all.
+SWEEP = """
+name: lit
+program: lightning_script.py
+params: {max_epochs: 4, hold: "12:train,13:train"}
+checkpoint: {every_steps: 5}
+grid: {lr: [0.05]}
+"""
+
+
+def final_sha(text: str) -> str:
+    (found,) = re.findall(r"^final global_step 32 weights_sha (\w+)$", text, re.MULTILINE)
+    return found
+
+
+def test_a_lightning_script_resumes_from_verified_checkpoints_and_never_completes_falsely(tmp_path: Path) -> None:
+    shutil.copy(SCRIPT, tmp_path)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    outside = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPQ_")}
+    direct = subprocess.Popen(  # the same script, unchanged, on its own: the uninterrupted reference
+        [sys.executable, str(tmp_path / SCRIPT.name), "--max_epochs=4", "--lr=0.05"],
+        cwd=alone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=outside,
+    )  # fmt: skip
+    spec = write(tmp_path / "lit.yaml", SWEEP)
+    launch = start("launch", str(spec), "--workers", "1", "--no-live", cwd=tmp_path)
+    root = tmp_path / "runs" / "lit"
+    cell = root / "cells" / "1.1"
+
+    def stdout(n: int) -> str:
+        log = cell / "attempts" / str(n) / "stdout.log"
+        return log.read_text() if log.exists() else ""
+
+    def held(n: int, where: str) -> psutil.Process:
+        wait_for(lambda: f"holding at step {where}" in stdout(n), what=f"attempt {n} holding at {where}")
+        return program(launch.pid)
+
+    # kill -9 after step 12: steps 5 and 10 were kept, status shows the progress and the metrics.
+    first = held(1, "12 (train)")
+    assert steps(cell) == [5, 10]
+
+    def progress() -> tuple[str, ...] | None:  # the worker writes what the program reported once a second
+        shown = cli("status", str(root)).stdout
+        found = re.search(r"^1\.1 .* (\S+)/4 +(\d+)/32 .* (\S+) +1$", shown, re.MULTILINE)
+        return found.groups() if found and int(found.group(2)) >= 10 and "train_loss" in shown else None
+
+    epochs, done, loss = wait_for(progress, what="status showing the progress up to the checkpoint of step 10")
+    assert int(done) <= 12 and 1.2 <= float(epochs) <= 1.5 and float(loss) > 0  # held steps' logs may be on the way
+    kept_10 = manifest_sha(cell, 10)
+    first.kill()
+
+    # Resumed from step 10 (its verified manifest), a SIGTERM after step 13: step 13 kept, preempted.
+    held(2, "13 (train)").send_signal(signal.SIGTERM)
+    out, _ = launch.communicate(timeout=300)
+    assert launch.returncode == 0, out
+
+    r = [receipt(cell, n) for n in (1, 2, 3)]
+    assert [x["reason"] for x in r] == ["lost", "preempted", "completed"]
+    assert [x["start_step"] for x in r[1:]] == [10, 13]
+    assert r[1]["start_checkpoint_sha"] == kept_10  # resumed from the verified checkpoint of step 10
+    assert r[1]["end_step"] == 13 and r[1]["exit_code"] == 0  # Lightning exits 0 on SIGTERM: not done
+    assert "SIGTERM received; the program stopped at step 13" in r[1]["note"]
+    assert r[2]["note"] == "completed: the program reported completion"
+    rows = db_rows(root, "SELECT number, start_step, reason FROM attempts WHERE cell_id = '1.1' ORDER BY number")
+    assert rows == [(1, 0, "lost"), (2, 10, "preempted"), (3, 13, "completed")]
+    for n, step in ((2, 10), (3, 13)):  # the program's own word on where it started
+        assert f"training starts at global step {step}\n" in stdout(n)
+        # Its datamodule's hyperparameters hold a Path, which torch.load's default (weights_only) refuses.
+        assert "weights_only" not in (cell / "attempts" / str(n) / "stderr.log").read_text()
+
+    done_marker = json.loads((cell / "DONE.json").read_text())
+    assert (done_marker["step"], done_marker["attempt"], done_marker["epoch"]) == (32, 3, 4.0)
+    assert set(done_marker["metrics"]) == {"train_loss", "val_loss"}  # trainer.callback_metrics at the end
+    assert 32 in steps(cell) and not (cell / "output" / ".sweepq-lightning.ckpt").exists()
+    assert (cell / "output" / "data" / "regression.pt").is_file()  # the script's relative paths: the cell's own
+    logs = cell / "output" / "logs" / "lightning_logs"  # Lightning's own logs and checkpoints, one folder an attempt
+    assert sorted(p.name for p in logs.iterdir()) == ["version_0", "version_1", "version_2"]
+    assert (logs / "version_2" / "checkpoints" / "last.ckpt").is_file()
+
+    reference, _ = direct.communicate(timeout=300)
+    assert direct.returncode == 0, reference
+    assert final_sha(stdout(3)) == final_sha(reference)  # bit-identical through both interruptions
+    assert sorted(p.name for p in alone.iterdir()) == ["data", "logs"]  # outside sweepq the callback wrote nothing
+
+
+def program(launch_pid: int) -> psutil.Process:
+    """The user's program under the launch (the child of the `sweepq.execution.attempt` process)."""
+    for p in tree(launch_pid):
+        try:
+            if SCRIPT.name in " ".join(p.cmdline()) and "sweepq.execution.attempt" not in " ".join(p.cmdline()):
+                return p
+        except psutil.NoSuchProcess:
+            continue
+    raise AssertionError("no program under the launch")
+
+
+def steps(cell: Path) -> list[int]:
+    return sorted(int(p.name.removeprefix("step-")) for p in (cell / "checkpoints").glob("step-*"))
+
+
+def receipt(cell: Path, n: int) -> dict[str, Any]:
+    return json.loads((cell / "attempts" / str(n) / "receipt.json").read_text())
+
+
+def manifest_sha(cell: Path, step: int) -> str:
+    return hashlib.sha256((cell / "checkpoints" / f"step-{step}" / "manifest.json").read_bytes()).hexdigest()
