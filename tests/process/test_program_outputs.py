@@ -223,6 +223,19 @@ def test_a_classic_script_saving_relative_to_its_folder_scores_as_a_direct_run(t
     assert scores["1.1"] != scores["1.2"]  # different seeds: a shared model.pt would show
     assert not (folder / "model.pt").exists()
 
+    # A reset takes the program's own files with it: the next run starts from nothing of the old one's.
+    old_model = (root / "cells" / "1.1" / "output" / "model.pt").read_bytes()
+    (root / "cells" / "1.1" / "output" / "stale.txt").write_text("left by the first run")
+    assert cli("reset", "1.1", str(spec), cwd=folder).returncode == 0
+    (moved,) = (root / "attic" / "1.1").glob("*/output/model.pt")
+    assert moved.read_bytes() == old_model and (moved.parent / "stale.txt").is_file()
+    again = cli("launch", str(spec), "--no-live", cwd=folder)
+    assert again.returncode == 0 and "skipping (done): 1.2" in again.stdout, again.stdout + again.stderr
+    output = root / "cells" / "1.1" / "output"
+    assert sorted(p.name for p in output.iterdir()) == ["model.pt"]  # nothing of the first run's
+    rerun = (root / "cells" / "1.1" / "attempts" / "2" / "stdout.log").read_text()
+    assert score(rerun) == scores["1.1"]  # the same cell, run afresh, scores the same
+
 
 # ------------------------------------- SIGTERM to a cooperating program alone
 
