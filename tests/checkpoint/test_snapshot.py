@@ -25,7 +25,8 @@ from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import serialize, snapshot, storage
 from sweepq.layout import CellPaths
 
-LATE_COPY_DELAY = 0.2  # far longer than a step of the model below, even on a loaded machine
+LATE_COPY_DELAY = 0.2  # how long a late copy goes on after the next step came to wait for it
+STEP_BOUND = 60.0  # a step that never comes: only a hung test waits this long
 
 
 class Trainer:
@@ -66,6 +67,35 @@ def slow_late_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot.Snapshot, "finish", slow)
 
 
+@pytest.fixture
+def copy_late_until_a_step_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A late copy that ends only after the next optimizer step has come to wait for it.
+
+    Not a fixed delay alone: on a loaded machine a step can take longer than any
+    delay, and the copy would end before anyone waited. The copy waits (up to a
+    bound that only a hung test reaches) until a step is at the guard, then
+    LATE_COPY_DELAY longer, so that step finds it unfinished. Every late copy
+    must have a step after it.
+    """
+    finish, wait = snapshot.Snapshot.finish, snapshot.StepGuard.wait
+    stepping = threading.Event()
+
+    def slow(self: snapshot.Snapshot) -> None:
+        if self.late:
+            stepping.wait(STEP_BOUND)
+            stepping.clear()
+            time.sleep(LATE_COPY_DELAY)
+        finish(self)
+
+    def at_guard(self: snapshot.StepGuard) -> None:
+        if self._pending is not None:
+            stepping.set()
+        wait(self)
+
+    monkeypatch.setattr(snapshot.Snapshot, "finish", slow)
+    monkeypatch.setattr(snapshot.StepGuard, "wait", at_guard)
+
+
 def committed(root: Path, step: int) -> dict[str, torch.Tensor]:
     loaded = checkpoint.load(storage.for_cell(CellPaths(root, "1.1")), step)
     return serialize.flatten(loaded.state)[1]
@@ -77,7 +107,7 @@ def assert_same(saved: dict[str, torch.Tensor], expected: dict[str, torch.Tensor
     assert not different, f"checkpoint {step} differs from the state at its call in {different}"
 
 
-def test_every_checkpoint_holds_the_state_at_its_call(tmp_path: Path, slow_late_copy: None) -> None:
+def test_every_checkpoint_holds_the_state_at_its_call(tmp_path: Path, copy_late_until_a_step_waits: None) -> None:
     t = Trainer()
     run = make_run(tmp_path)
     expected: dict[int, dict[str, torch.Tensor]] = {}
@@ -85,8 +115,9 @@ def test_every_checkpoint_holds_the_state_at_its_call(tmp_path: Path, slow_late_
         t.step()
         assert run.checkpoint(t.state, t.state["step"])
         expected[t.state["step"]] = t.tensors()
+    t.step()  # the last checkpoint's late copy has a step after it too
     run.close(completed=True)
-    assert run._guard.waits >= 3  # the next step really waited for the slowed copy (most times)
+    assert run._guard.waits >= 3  # the next step really waited for the slowed copy
     for step, tensors in expected.items():
         assert_same(committed(tmp_path, step), tensors, step)
 

@@ -65,13 +65,15 @@ def committed_steps(cell_dir: Path) -> list[int]:
 
 
 def log(root: Path, cell: str, attempt: int, stream: str = "stdout") -> str:
-    return (root / "cells" / cell / "attempts" / str(attempt) / f"{stream}.log").read_text()
+    """An attempt's log so far ("" before the attempt made it)."""
+    path = root / "cells" / cell / "attempts" / str(attempt) / f"{stream}.log"
+    return path.read_text() if path.exists() else ""
 
 
 COOP = """
 name: coop
 program: coop.py
-params: {steps: 150, lr: 0.05, delay: 0.03}
+params: {steps: 150, lr: 0.05, hold: "1:25,2:65"}
 checkpoint: {every_steps: 10}
 grid: {seed: [7]}
 """
@@ -92,7 +94,9 @@ def test_cooperating_program_killed_twice_resumes_exactly(prog_dir: Path) -> Non
     a = start("launch", str(spec), "--workers", "1", "--no-live", cwd=prog_dir)
 
     # 1. SIGKILL the program alone: its attempt process records `lost`, the same launch resumes it.
-    wait_for(lambda: len(committed_steps(cell)) >= 2, what="two checkpoints")
+    # (The program holds at step 25 of its first attempt and 65 of its second: no race with its end.)
+    wait_for(lambda: "holding at step 25" in log(root, "1.1", 1), what="the first attempt at step 25")
+    wait_for(lambda: committed_steps(cell)[-1:] == [20], what="step 20 committed")
     victim = program_pid(a.pid, "coop.py")
     assert victim is not None
     victim.send_signal(signal.SIGKILL)
@@ -110,7 +114,8 @@ def test_cooperating_program_killed_twice_resumes_exactly(prog_dir: Path) -> Non
         lambda: cli_json("show", "1.1", "--root", str(root))["attempts"][1]["start_step"],
         what="the database knows the second attempt's start step",
     )
-    wait_for(lambda: committed_steps(cell)[-1] >= at_first_kill + 20, what="progress in the second attempt")
+    wait_for(lambda: "holding at step 65" in log(root, "1.1", 2), what="the second attempt at step 65")
+    wait_for(lambda: committed_steps(cell)[-1] == 60, what="step 60 committed")
     wait_gone(kill_tree(a.pid))
     at_second_kill = committed_steps(cell)[-1]
     a.communicate()

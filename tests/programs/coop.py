@@ -4,6 +4,8 @@
     (under sweepq: restores, checkpoints, logs, stops on SIGTERM, finish(metrics))
 
 --fail=data|memory|nan|error makes it end one way at --fail_at, for classification tests.
+--hold=ATTEMPT:STEP,... makes that attempt wait at that step (after its checkpoint call) until it is
+stopped or killed, so that a test acts mid-run without racing the program.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--delay", type=float, default=0.0)
 p.add_argument("--fail", default="none")
 p.add_argument("--fail_at", type=int, default=5)
+p.add_argument("--hold", default="")
 args = p.parse_args()
+holds = {tuple(int(n) for n in pair.split(":")) for pair in args.hold.split(",") if pair}
 
 run = sweepq.Run.from_env(required=False)
 torch.manual_seed(args.seed)
@@ -69,6 +73,10 @@ while state["step"] < args.steps:
             print(f"stopping at step {step}", flush=True)
             raise SystemExit(0)
         run.checkpoint(state, step, metrics={"loss": loss.item()})
+        if (run.attempt, step) in holds:
+            print(f"holding at step {step}", flush=True)
+            while not run.should_stop:
+                time.sleep(0.01)
 
 # The final loss over all the data, not the last batch's: an attempt that resumes from the final
 # checkpoint (killed after committing it, before exiting) trains no batch at all.
