@@ -38,6 +38,7 @@ class Progress:
     notes: list[str] = field(default_factory=list)
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     fenced: bool = False  # a flush found the attempt no longer current
+    usage: dict[str, Any] | None = None  # the worker's latest look at the process (execution/usage.py)
 
     def take(self, msg: Message | Rejected) -> None:
         match msg:
@@ -107,6 +108,9 @@ class Progress:
                 store.add_event(paths.cell_id, kind, detail)
             self.events = []
             self._flush_corrupt(store, paths)
+            if self.usage is not None:
+                store.attempt_usage(paths.cell_id, number, self.usage)
+                self.usage = None
             if self.dirty:
                 store.progress(paths.cell_id, number, **self.fields)
                 self.dirty = False
@@ -119,6 +123,7 @@ class Progress:
         self.fenced = True
         self.started, self.checkpoints, self.superseded, self.corrupt, self.events = {}, [], [], [], []
         self.dirty = False
+        self.usage = None
 
     def _flush_checkpoints(self, store: Store, paths: CellPaths) -> None:
         for c in self.checkpoints:

@@ -21,10 +21,10 @@ from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
-from sweepq.atomic import read_json
+from sweepq.atomic import atomic_write_json, read_json
 from sweepq.evidence import Evidence, Intent, Witness
 from sweepq.execution import channel as chan
-from sweepq.execution import diskfull
+from sweepq.execution import diskfull, usage, usage_text
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.memory import OomCounters, judge_sigkill
 from sweepq.execution.progress import Progress
@@ -127,12 +127,22 @@ class Worker:
         if self.stopping:  # a signal arrived while starting it
             os.kill(self.child.pid, signal.SIGTERM)
         progress = Progress()
-        intent, status, rusage = self._watch(claim, settings, worker_end, progress, started, owner)
+        sampler = usage.Sampler.watch(self.child.pid)  # a thread of this worker, never of the training
+        try:
+            intent, status, rusage = self._watch(claim, settings, worker_end, progress, started, owner, sampler)
+        finally:
+            used = sampler.stop()
+        _sampled(progress, sampler, claim.number, None)  # the low-GPU flag, if only the whole attempt shows it
         for msg in chan.receive(worker_end):
             progress.take(msg)
         worker_end.close()
         progress.flush(self.store, paths, claim.number)
         outcome = self._outcome(claim, paths, progress, intent, status, rusage, before)
+        outcome.usage = used
+        flag = usage_text.low_gpu_flag(used)
+        if flag:
+            outcome.note = f"{outcome.note}; {flag}" if outcome.note else flag
+        _keep_usage(paths, claim.number, used)
         finish_attempt(self.store, claim.cell, claim.number, outcome)
         self.child = None
         owner.release()  # only now: a reaper must never race this worker's own close
@@ -191,6 +201,7 @@ class Worker:
         progress: Progress,
         started: float,
         owner: liveness.Ownership,
+        sampler: usage.Sampler,
     ) -> tuple[Intent | None, int, Any]:
         """Relay messages until the child exits; returns (why we stopped it, wait status, rusage)."""
         assert self.child is not None and self.store is not None
@@ -211,6 +222,7 @@ class Worker:
             now = time.monotonic()
             if now - last_flush >= FLUSH_S:
                 last_flush = now
+                _sampled(progress, sampler, claim.number, sampler.live())
                 progress.flush(self.store, CellPaths(self.root, claim.cell), claim.number)
                 if intent is None and self.store.cancel_requested(claim.cell):
                     intent = Intent.CANCEL
@@ -273,6 +285,25 @@ class Worker:
 
 def _why_fenced(owner: liveness.Ownership) -> str:
     return owner.lost() or "the queue moved the cell to another attempt"
+
+
+def _sampled(progress: Progress, sampler: usage.Sampler, number: int, live: dict[str, Any] | None) -> None:
+    """What the sampler saw goes out with the next flush: the live figures, the low-GPU event once."""
+    progress.usage = live
+    flag = sampler.low_gpu_news()
+    if flag is not None:
+        progress.events.append((usage.LOW_GPU_EVENT, {"attempt": number, **flag}))
+
+
+def _keep_usage(paths: CellPaths, number: int, used: dict[str, Any]) -> None:
+    """The receipt the training process wrote before it exited gets what only its worker saw of it."""
+    path = paths.receipt(number)
+    try:
+        receipt = read_json(path)
+        if isinstance(receipt, dict):
+            atomic_write_json(path, {**receipt, "usage": used})
+    except (OSError, ValueError):
+        pass  # no receipt (a killed process), or a full disk: the attempt's row keeps the usage
 
 
 def _receipt(paths: CellPaths, number: int) -> dict[str, Any] | None:

@@ -91,6 +91,15 @@ class StoreClaims(StoreBase):
                 .values(**values)
             )
 
+    def attempt_usage(self, cell: str, number: int, usage: dict[str, Any]) -> None:
+        """What the worker sampled of a running attempt so far (the live view shows it)."""
+        with self._write() as s:  # an attempt already closed keeps its final figures
+            s.execute(
+                update(AttemptRow)
+                .where(AttemptRow.cell_id == cell, AttemptRow.number == number, AttemptRow.reason.is_(None))
+                .values(usage=json_safe(usage))
+            )
+
     def is_current(self, cell: str, number: int) -> bool:
         """The fence (queue/fence.py): is attempt `number` still the cell's running attempt?
 
@@ -311,6 +320,8 @@ class StoreClaims(StoreBase):
         wall = o.wall_seconds
         if wall is None:
             wall = (now - att.started_at).total_seconds()
+        if isinstance(o.usage, dict):  # a receipt from another version or hand may hold anything
+            att.usage = json_safe(o.usage)
         att.wall_seconds = wall
         att.gpu_seconds = o.gpu_seconds if o.gpu_seconds is not None else wall * len(att.gpus or [])
 

@@ -130,6 +130,9 @@ class AttemptRow(Base):
     code_fingerprint: Mapped[dict[str, Any] | None]
     data_fingerprint: Mapped[dict[str, Any] | None]
     note: Mapped[str | None] = mapped_column(Text)
+    # What the worker sampled of the training process (execution/usage.py): the latest sample
+    # while it runs, mean/p95 utilisation and peak memory once it ended.
+    usage: Mapped[dict[str, Any] | None]
 
 
 class CheckpointRow(Base):

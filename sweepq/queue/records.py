@@ -99,6 +99,7 @@ class AttemptRecord:
     code_fingerprint: dict[str, Any]
     data_fingerprint: dict[str, Any]
     note: str | None
+    usage: dict[str, Any] = field(default_factory=dict)  # execution/usage.py's summary; {}: nothing sampled
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -181,6 +182,7 @@ class Outcome:
     data_fingerprint: dict[str, Any] | None = None
     start_step: int | None = None
     start_checkpoint_sha: str | None = None
+    usage: dict[str, Any] | None = None  # what the worker sampled (execution/usage.py)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
