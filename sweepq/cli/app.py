@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -66,9 +67,9 @@ def _disk_words(e: BaseException, spec: Any, root: Any) -> str | None:
 
 
 def out() -> Console:
-    """Wide when piped (tables are not cut to 80 columns in files and CI logs)."""
+    """Wide when piped (tables keep every column in files and CI logs), unless COLUMNS says how wide."""
     console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal:
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
         console = Console(highlight=False, soft_wrap=False, width=1000)
     return console
 

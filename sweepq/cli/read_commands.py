@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.console import Console, RenderableType
 
-from sweepq.cli import failures, render
+from sweepq.cli import failures, render, render_cell
 from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
 from sweepq.errors import UsageError
 from sweepq.queue.database import Database
@@ -44,6 +44,11 @@ def cell_and_place(cell: str | None, place: str | None, command: str) -> tuple[s
 place_argument = click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]", type=click.Path())
 
 
+all_params_option = click.option(
+    "--all-params", is_flag=True, help="Every cfg key as a column, not only those that vary across the cells."
+)
+
+
 @main.command()
 @place_argument
 @root_option
@@ -52,11 +57,13 @@ place_argument = click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]"
 @click.option(
     "--every", default=2.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS", help="With --watch."
 )
+@all_params_option
 @friendly
-def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every: float) -> None:
-    """Every cell at a glance: state, progress, metrics, attempts, last reason, why a cell failed.
+def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every: float, all_params: bool) -> None:
+    """Every cell at a glance: state, progress, the cfg keys that vary, metrics, attempts, why a cell failed.
 
     SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
+    Columns that do not fit the terminal are left out (a footnote names them); --json has everything.
     """
     with reading(spec, root) as store:
         metric = store.settings().metric
@@ -66,6 +73,7 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every
                 [
                     c.to_json()
                     | {
+                        "cfg": c.cfg,
                         "alive": _alive(store, c),
                         "eta_seconds": etas.get(c.id),
                         "no_progress_seconds": stalls.get(c.id),
@@ -74,20 +82,21 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every
                 ]
             )
             return
-        con = out()
-        if not watch:
-            con.print(
-                render.status_table(store.cells(), metric, dead=_dead_running(store), etas=store.etas(), **_told(store))
+
+        def table() -> RenderableType:
+            return render.status_table(
+                store.cells(),
+                metric,
+                dead=_dead_running(store),
+                etas=store.etas(),
+                all_params=all_params,
+                **_told(store),
             )
-            return
-        _watch(
-            store,
-            con,
-            every,
-            lambda: render.status_table(
-                store.cells(), metric, dead=_dead_running(store), etas=store.etas(), **_told(store)
-            ),
-        )
+
+        if watch:
+            _watch(store, out(), every, table)
+        else:
+            out().print(table())
 
 
 def _watch(store: Store, con: Console, every: float, table: Callable[[], RenderableType]) -> None:
@@ -169,7 +178,7 @@ def show(cell: str | None, spec: str | None, root: str | None, as_json: bool) ->
             )
             print_json(d)
             return
-        out().print(render.show_cell(rec, attempts, ckpts, events, store.settings().metric))
+        out().print(render_cell.show_cell(rec, attempts, ckpts, events, store.settings().metric))
 
 
 def one_cell(store: Store, selector: str, command: str) -> str:
@@ -229,9 +238,10 @@ def report(spec: str | None, root: str | None, as_json: bool) -> None:
 @root_option
 @json_option
 @click.option("--top", default=3, show_default=True, help="How many winners to rank.")
+@all_params_option
 @friendly
-def best(spec: str | None, root: str | None, as_json: bool, top: int) -> None:
-    """Per cell, the best metric and the checkpoint that holds it; then the sweep's winners.
+def best(spec: str | None, root: str | None, as_json: bool, top: int, all_params: bool) -> None:
+    """Per cell, the best metric, the cfg keys that vary and the checkpoint that holds it; winners first.
 
     SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
     """
@@ -243,4 +253,4 @@ def best(spec: str | None, root: str | None, as_json: bool, top: int) -> None:
         if as_json:
             print_json(rows)
         else:
-            out().print(render.best_table(rows, metric))
+            out().print(render.best_table(rows, metric, all_params=all_params))

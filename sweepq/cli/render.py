@@ -1,13 +1,13 @@
 """Human output: pure functions from records to rich renderables (tested with golden text).
 
 The JSON of `--json` is the stable interface; these tables are for people and
-may change. Columns appear only when some row has something to show.
+may change. Columns appear only when some row has something to show, and a
+table keeps to the console's width by the priority order of cli/columns.py.
 """
 
 from __future__ import annotations
 
 import io
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,10 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
-from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
+from sweepq.cli import params
+from sweepq.cli.columns import METRIC, PARAMS, SAME, kept, ranks
+from sweepq.cli.fit import Column, FittedTable, short_header
+from sweepq.queue.records import AttemptRecord, CellRecord
 from sweepq.queue.states import CLAIMABLE, CellState
 from sweepq.spec.sweep import Metric
 
@@ -94,6 +96,11 @@ def fmt_time(t: datetime | None) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def fmt_short_time(t: datetime | None) -> str:
+    """A time in 11 cells: month, day, hours and minutes (UTC)."""
+    return "" if t is None else t.astimezone(UTC).strftime("%m-%d %H:%M")
+
+
 def fmt_epoch(c: CellRecord) -> str:
     if c.epoch is None and c.total_epochs is None:
         return ""
@@ -121,6 +128,9 @@ def metric_of(c: CellRecord, metric: Metric | None) -> tuple[str, Any]:
     return "", None
 
 
+DEAD_NOTE = "no live process: reaped at the next launch"
+
+
 def summary(cells: Sequence[CellRecord]) -> Text:
     counts = Counter(c.state for c in cells if not c.removed)
     parts = [f"{counts[s]} {s}" for s in CellState if counts[s]]
@@ -140,40 +150,38 @@ def status_table(
     stalls: dict[str, float] | None = None,
     notes: dict[str, str] | None = None,
     now: datetime | None = None,
+    all_params: bool = False,
 ) -> RenderableType:
     """`stalls`: seconds without progress of running cells past their threshold (Store.stalls);
-    `notes`: what the last attempt of a cell said, when its machine failed it (Store.fault_notes)."""
+    `notes`: what the last attempt of a cell said, when its machine failed it (Store.fault_notes);
+    `all_params`: every cfg key, not only those that vary across the cells."""
     dead, etas = dead or set(), etas or {}
     told = _Told(stalls or {}, notes or {}, now or datetime.now(UTC))
     mname = metric.name if metric else next((metric_of(c, None)[0] for c in cells if c.metrics), "")
-    cols: list[tuple[str, Any, str]] = [
-        ("cell", lambda c: c.id + (" (gone)" if c.removed else ""), "left"),
-        ("group", lambda c: c.group_name, "left"),
-        ("state", lambda c: Text(str(c.state), style=STATE_STYLE[c.state]), "left"),
-        ("epoch", fmt_epoch, "right"),
-        ("step", fmt_step, "right"),
-        ("progress", lambda c: fmt_progress(c.progress), "right"),
-        ("eta", lambda c: fmt_seconds(etas[c.id]) if c.id in etas and c.id not in dead else "", "right"),
-        (mname or "metric", lambda c: fmt_num(c.metrics.get(mname)) if mname else "", "right"),
-        ("best", lambda c: fmt_num(c.best), "right"),
-        ("attempts", lambda c: str(c.attempts) if c.attempts else "", "right"),
-        ("last reason", lambda c: c.last_reason or "", "left"),
-        ("note", lambda c: "no live process: reaped at the next launch" if c.id in dead else told.note(c), "left"),
+    mvalues = [fmt_num(c.metrics.get(mname)) if mname else "" for c in cells]
+    rank = ranks("status")
+    cols = [
+        Column("cell", [c.id + (" (gone)" if c.removed else "") for c in cells], rank["cell"]),
+        Column("group", [c.group_name for c in cells], rank["group"]),
+        Column("state", [Text(str(c.state), style=STATE_STYLE[c.state]) for c in cells], rank["state"]),
+        Column("epoch", [fmt_epoch(c) for c in cells], rank["epoch"], "right"),
+        Column("step", [fmt_step(c) for c in cells], rank["step"], "right"),
+        Column("progress", [fmt_progress(c.progress) for c in cells], rank["progress"], "right"),
+        Column(
+            "eta",
+            [fmt_seconds(etas[c.id]) if c.id in etas and c.id not in dead else "" for c in cells],
+            rank["eta"],
+            "right",
+        ),
+        *params.columns([c.cfg for c in cells], all_params, rank[PARAMS], rank[SAME]),
+        Column(mname or "metric", mvalues, rank[METRIC], "right", short_name=short_header(mname, mvalues)),
+        Column("best", [fmt_num(c.best) for c in cells], rank["best"], "right"),
+        Column("attempts", [str(c.attempts) if c.attempts else "" for c in cells], rank["attempts"], "right"),
+        Column("last reason", [c.last_reason or "" for c in cells], rank["last reason"], short_name="reason"),
+        Column("note", [DEAD_NOTE if c.id in dead else told.note(c) for c in cells], rank["note"], prose="below"),
     ]
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
-    rows = [[fn(c) for _, fn, _ in cols] for c in cells]
-    keep = [i for i, (name, _, _) in enumerate(cols) if i < 3 or any(_present(r[i]) for r in rows)]
-    for i in keep:
-        # What happened must stay readable: states and reasons are never cut, the note wraps first.
-        whole = cols[i][0] in ("cell", "state", "last reason")
-        table.add_column(cols[i][0], justify=cols[i][2], no_wrap=whole)  # type: ignore[arg-type]
-    for r in rows:
-        table.add_row(*[r[i] for i in keep])
-    return Group(table, Text(""), summary(cells))
-
-
-def _present(v: Any) -> bool:
-    return bool(v.plain if isinstance(v, Text) else v)
+    table = FittedTable(cols, kept=kept("status"), title=title)
+    return Group(table, params.Constants([c.cfg for c in cells], all_params), Text(""), summary(cells))
 
 
 @dataclass(frozen=True)
@@ -210,128 +218,84 @@ def fmt_age(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def show_cell(
-    cell: CellRecord,
-    attempts: Sequence[AttemptRecord],
-    checkpoints: Sequence[CheckpointRecord],
-    events: Sequence[EventRecord],
-    metric: Metric | None,
-) -> RenderableType:
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
-    head.add_row("cell", f"{cell.id} (group {cell.group_name})")
-    head.add_row("state", Text(str(cell.state), style=STATE_STYLE[cell.state]))
-    head.add_row("cfg", json.dumps(cell.cfg, sort_keys=True))
-    prog = " ".join(
-        x
-        for x in (
-            f"epoch {fmt_epoch(cell)}" if fmt_epoch(cell) else "",
-            f"step {fmt_step(cell)}" if fmt_step(cell) else "",
-            fmt_progress(cell.progress),
-        )
-        if x
-    )
-    if prog:
-        head.add_row("progress", prog)
-    if cell.metrics:
-        head.add_row("metrics", ", ".join(f"{k}={fmt_num(v)}" for k, v in cell.metrics.items()))
-    if cell.best is not None:
-        name = metric.name if metric else "best"
-        head.add_row("best", f"{name}={fmt_num(cell.best)} at step {cell.best_step}")
-    parts: list[RenderableType] = [head, Text("")]
-    parts.append(attempts_table(attempts, title="attempts", with_cell=False))
-    shown = [c for c in checkpoints if c.state != "superseded"]
-    if shown:
-        parts += [Text(""), checkpoints_table(shown)]
-    hidden = len(checkpoints) - len(shown)
-    if hidden:
-        parts.append(
-            Text(f"({hidden} superseded checkpoint(s) deleted by retention not shown; --json lists all)", style="dim")
-        )
-    if events:
-        ev = Table(title="history", title_justify="left", box=None, header_style="bold")
-        for col in ("time", "event", "detail"):
-            ev.add_column(col)
-        for e in events:
-            ev.add_row(fmt_time(e.at), e.kind, json.dumps(e.detail, sort_keys=True) if e.detail else "")
-        parts += [Text(""), ev]
-    return Group(*parts)
-
-
 def attempts_table(
     attempts: Sequence[AttemptRecord], title: str | None = None, with_cell: bool = True
 ) -> RenderableType:
-    table = Table(title=title, title_justify="left", box=None, header_style="bold")
     if not attempts:
         return (
             Text("no attempts yet", style="dim")
             if title is None
             else Group(Text(title, style="bold"), Text("none yet", style="dim"))
         )
-    cols = (["cell"] if with_cell else []) + [
-        "#",
-        "started",
-        "ended",
-        "host",
-        "pid",
-        "steps",
-        "reason",
-        "wall",
-        "peak mem",
-        "note",
+    rank = ranks("attempts")
+    failed = [a.reason not in (None, "completed", "preempted") for a in attempts]
+    cols = [
+        Column("cell", [a.cell for a in attempts], rank["cell"]),
+        Column("#", [str(a.number) for a in attempts], rank["#"], "right"),
+        Column(
+            "started",
+            [fmt_time(a.started_at) for a in attempts],
+            rank["started"],
+            short_values=[fmt_short_time(a.started_at) for a in attempts],
+            family="time",
+        ),
+        Column(
+            "ended",
+            [fmt_time(a.ended_at) if a.ended_at else "running" for a in attempts],
+            rank["ended"],
+            short_values=[fmt_short_time(a.ended_at) if a.ended_at else "running" for a in attempts],
+            family="time",
+        ),
+        Column("host", [a.host for a in attempts], rank["host"]),
+        Column("pid", [str(a.pid or "") for a in attempts], rank["pid"], "right"),
+        Column(
+            "steps",
+            [f"{a.start_step}→{a.end_step if a.end_step is not None else '?'}" for a in attempts],
+            rank["steps"],
+        ),
+        Column(
+            "reason",
+            [Text(a.reason or "", style="red" if bad else "") for a, bad in zip(attempts, failed, strict=True)],
+            rank["reason"],
+        ),
+        Column("wall", [fmt_seconds(a.wall_seconds) for a in attempts], rank["wall"], "right"),
+        Column("peak mem", [fmt_bytes(a.peak_memory_bytes) for a in attempts], rank["peak mem"], "right"),
+        Column(
+            "note",
+            [_attempt_note(a, bad) for a, bad in zip(attempts, failed, strict=True)],
+            rank["note"],
+            prose="below",
+        ),
     ]
-    for col in cols:
-        table.add_column(col, justify="right" if col in ("#", "pid", "wall", "peak mem") else "left")
-    for a in attempts:
-        steps = f"{a.start_step}→{a.end_step if a.end_step is not None else '?'}"
-        note = a.note or ""
-        if a.reason not in (None, "completed", "preempted") and a.error_tail:
-            note = (note + " | " if note else "") + a.error_tail.strip().splitlines()[-1]
-        row: list[str | Text] = [a.cell] if with_cell else []
-        row += [
-            str(a.number),
-            fmt_time(a.started_at),
-            fmt_time(a.ended_at) if a.ended_at else "running",
-            a.host,
-            str(a.pid or ""),
-            steps,
-            Text(a.reason or "", style="red" if a.reason not in (None, "completed", "preempted") else ""),
-            fmt_seconds(a.wall_seconds),
-            fmt_bytes(a.peak_memory_bytes),
-            note,
-        ]
-        table.add_row(*row)
-    return table
+    labels = [f"{a.cell} #{a.number}" if with_cell else f"#{a.number}" for a in attempts]
+    return FittedTable(cols if with_cell else cols[1:], kept=kept("attempts"), title=title, labels=labels)
 
 
-def checkpoints_table(checkpoints: Sequence[CheckpointRecord]) -> RenderableType:
-    table = Table(title="checkpoints", title_justify="left", box=None, header_style="bold")
-    for col in ("step", "epoch", "state", "metrics", "size", "path"):
-        table.add_column(col, justify="right" if col in ("step", "epoch", "size") else "left")
-    for c in checkpoints:
-        metrics = ", ".join(f"{k}={fmt_num(v)}" for k, v in c.metrics.items())
-        note = f" ({c.note})" if c.note and c.state != "committed" else ""
-        table.add_row(str(c.step), fmt_num(c.epoch), c.state + note, metrics, fmt_bytes(c.size_bytes), c.path)
-    return table
+def _attempt_note(a: AttemptRecord, failed: bool) -> str:
+    note = a.note or ""
+    if failed and a.error_tail:
+        note = (note + " | " if note else "") + a.error_tail.strip().splitlines()[-1]
+    return note
 
 
 def report_table(rows: Sequence[dict[str, Any]]) -> RenderableType:
-    table = Table(box=None, header_style="bold")
-    for col in ("reason", "attempts", "wall hours", "gpu hours", "steps run", "steps lost", "share of wall"):
-        table.add_column(col, justify="left" if col == "reason" else "right")
     total_wall = sum(r["wall_hours"] for r in rows) or 1.0
-    for r in rows:
-        unknown = "+?" if r.get("steps_unknown") else ""  # a program that does not report its steps
-        table.add_row(
-            r["reason"],
-            str(r["attempts"]),
-            f"{r['wall_hours']:.3f}",
-            f"{r['gpu_hours']:.3f}",
-            f"{r['steps_run']}{unknown}",
-            f"{r['steps_lost']}{unknown}",
-            f"{100 * r['wall_hours'] / total_wall:.1f}%",
-        )
+    unknown = ["+?" if r.get("steps_unknown") else "" for r in rows]  # a program that does not report its steps
+    rank = ranks("report")
+
+    def right(name: str, values: list[str]) -> Column:
+        return Column(name, values, rank[name], "right")
+
+    cols = [
+        Column("reason", [r["reason"] for r in rows], rank["reason"]),
+        right("attempts", [str(r["attempts"]) for r in rows]),
+        right("wall hours", [f"{r['wall_hours']:.3f}" for r in rows]),
+        right("gpu hours", [f"{r['gpu_hours']:.3f}" for r in rows]),
+        right("steps run", [f"{r['steps_run']}{u}" for r, u in zip(rows, unknown, strict=True)]),
+        right("steps lost", [f"{r['steps_lost']}{u}" for r, u in zip(rows, unknown, strict=True)]),
+        right("share of wall", [f"{100 * r['wall_hours'] / total_wall:.1f}%" for r in rows]),
+    ]
+    table = FittedTable(cols, kept=kept("report"))
     unknown_total = sum(r.get("steps_unknown", 0) for r in rows)
     if not unknown_total:
         return table
@@ -343,13 +307,19 @@ def report_table(rows: Sequence[dict[str, Any]]) -> RenderableType:
     return Group(table, note)
 
 
-def best_table(rows: Sequence[dict[str, Any]], metric: Metric | None) -> RenderableType:
-    name = metric.name if metric else "metric"
-    table = Table(box=None, header_style="bold")
-    for col in ("rank", "cell", "state", f"best {name}", "step", "checkpoint"):
-        table.add_column(col, justify="right" if col in ("rank", "step") else "left")
-    for r in rows:
-        table.add_row(
-            str(r["rank"] or ""), r["cell"], r["state"], fmt_num(r["best"]), str(r["step"] or ""), r["checkpoint"] or ""
-        )
-    return table
+def best_table(rows: Sequence[dict[str, Any]], metric: Metric | None, all_params: bool = False) -> RenderableType:
+    """`rows` from report.best_per_cell (each with its cell's cfg)."""
+    mname = metric.name if metric else "metric"
+    name = f"best {mname}"
+    values = [fmt_num(r["best"]) for r in rows]
+    rank = ranks("best")
+    cols = [
+        Column("rank", [str(r["rank"] or "") for r in rows], rank["rank"], "right"),
+        Column("cell", [r["cell"] for r in rows], rank["cell"]),
+        Column("state", [r["state"] for r in rows], rank["state"]),
+        *params.columns([r["cfg"] for r in rows], all_params, rank[PARAMS], rank[SAME]),
+        Column(name, values, rank[METRIC], "right", short_name=short_header(mname, values)),
+        Column("step", [str(r["step"] or "") for r in rows], rank["step"], "right"),
+        Column("checkpoint", [r["checkpoint"] or "" for r in rows], rank["checkpoint"]),
+    ]
+    return Group(FittedTable(cols, kept=kept("best")), params.Constants([r["cfg"] for r in rows], all_params))

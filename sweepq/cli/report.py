@@ -69,8 +69,8 @@ def _row(reason: str) -> dict[str, Any]:
 
 
 def best_per_cell(store: Store, metric: Metric | None, top: int) -> list[dict[str, Any]]:
-    """Per cell: the best value of the sweep's metric and the checkpoint that holds it, ranked."""
-    rows = []
+    """Per cell: the best value of the sweep's metric and the checkpoint that holds it, ranked; its cfg."""
+    rows: list[dict[str, Any]] = []
     for c in store.cells(include_removed=False):
         best_ckpt = None
         if metric is not None:
@@ -91,6 +91,7 @@ def best_per_cell(store: Store, metric: Metric | None, top: int) -> list[dict[st
                 "step": best_ckpt[1].step if best_ckpt else c.best_step,
                 "checkpoint": best_ckpt[1].path if best_ckpt else None,
                 "rank": None,
+                "cfg": c.cfg,
             }
         )
     # Winners are finished cells: a failed cell's early score is not a result.

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
+from rich.cells import cell_len
 from rich.console import RenderableType
 
-from sweepq.cli import failures, render, report
+from sweepq.cli import failures, render, render_cell, report
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.queue.states import CellState
 from sweepq.spec.sweep import Metric
-from unit.support import T0
+from unit.support import T0, Launch, sweep_from
 
 VAL_ACC = Metric("val_acc", "max")
 
@@ -144,23 +148,23 @@ STORY = [
 
 STATUS_GOLDEN = """\
 sweep llm
-cell  group  state           epoch       step  progress    eta  val_acc    best  attempts  last reason  note
+cell  group  state           epoch       step  progress    eta  val_acc    best  attempts  last reason
 1.1   q1     done                     300/300      100%          0.6512    0.66         1  completed
 2.1   q2     done          150/150  1500/1500      100%          0.7045  0.7045         1  completed
 2.2   q2     interrupted    83/150   830/1500       55%            0.61    0.62         1  lost
 2.3   q2     running      42.5/150   425/1500       28%  1h06m                          2  preempted
-2.4   q2     running                  10/1500        1%                                 1               no live process:
-                                                                                                        reaped at the
-                                                                                                        next launch
-2.5   q2     queued                                                                     1  oom          retry due
+2.4   q2     running                  10/1500        1%                                 1
+2.5   q2     queued                                                                     1  oom
 2.6   q2     queued
+2.4: no live process: reaped at the next launch
+2.5: retry due
 
 7 cells: 2 queued, 2 running, 1 interrupted, 2 done
 """
 
 
 def test_status_table_of_the_story() -> None:
-    # 120 columns: the story's table needs about 105 without its notes (see the next test for 100).
+    # 120 columns: the story's table needs about 105 without its notes, which go under it (see the next test for 100).
     table = render.status_table(STORY, VAL_ACC, title="sweep llm", dead={"2.4"}, etas={"2.3": 4000.0, "2.4": 50.0})
     assert text(table, width=120) == STATUS_GOLDEN
 
@@ -197,20 +201,18 @@ metrics   val_acc=0.61
 best      val_acc=0.62 at step 700
 
 attempts
- #  started           ended             host  pid  steps  reason   wall  peak mem  note
- 1  2025-03-01        2025-03-01        box   501  0→830  lost    1h23m   3.0 GiB  reaped: lock
-    12:00:00          13:23:20                                                     free
- 2  2025-03-01        running           box   777  800→?
-    13:30:00
+#  started      ended        host  pid  steps  reason   wall  peak mem  note
+1  03-01 12:00  03-01 13:23  box   501  0→830  lost    1h23m   3.0 GiB  reaped: lock free
+2  03-01 13:30  running      box   777  800→?
 
 checkpoints
- step  epoch  state      metrics          size  path
-  800     80  committed  val_acc=0.61  5.0 MiB  cells/2.2/checkpoints/step-800
+step  epoch  state      metrics          size  path
+ 800     80  committed  val_acc=0.61  5.0 MiB  cells/2.2/checkpoints/step-800
 (1 superseded checkpoint(s) deleted by retention not shown; --json lists all)
 
 history
- time                 event  detail
- 2025-03-01 13:24:00  lost   {"attempt": 1}
+time                 event  detail
+2025-03-01 13:24:00  lost   {"attempt": 1}
 """
 
 
@@ -258,13 +260,14 @@ def test_show_cell() -> None:
         ),
     ]
     events = [EventRecord("2.2", T0 + timedelta(minutes=84), "lost", {"attempt": 1})]
-    assert text(render.show_cell(c, attempts, checkpoints, events, VAL_ACC)) == SHOW_GOLDEN
+    assert text(render_cell.show_cell(c, attempts, checkpoints, events, VAL_ACC)) == SHOW_GOLDEN
 
 
 SHOW_EMPTY_GOLDEN = """\
 cell   2.6 (group q2)
 state  queued
-cfg    {"lr": 0.001, "width": 256}
+cfg    lr     0.001
+       width  256
 
 attempts
 none yet
@@ -273,7 +276,7 @@ none yet
 
 def test_show_cell_without_attempts() -> None:
     c = cell("2.6", CellState.QUEUED, cfg={"lr": 0.001, "width": 256})
-    assert text(render.show_cell(c, [], [], [], VAL_ACC)) == SHOW_EMPTY_GOLDEN
+    assert text(render_cell.show_cell(c, [], [], [], VAL_ACC)) == SHOW_EMPTY_GOLDEN
 
 
 SWEEP_ATTEMPTS = [
@@ -307,20 +310,14 @@ SWEEP_ATTEMPTS = [
 
 
 ATTEMPTS_GOLDEN = """\
- cell  #  started       ended        host  pid  steps     reason       wall  peak mem  note
- 1.1   1  2025-03-01    2025-03-01   box    11  0→300     completed  30m00s
-          12:00:00      12:30:00
- 2.2   1  2025-03-01    2025-03-01   box    12  0→830     lost        1h23m
-          12:00:00      13:23:20
- 2.2   2  2025-03-01    2025-03-01   box    13  800→1500  completed   1h10m
-          13:30:00      14:40:00
- 2.3   1  2025-03-01    2025-03-01   box    14  0→420     preempted  42m00s
-          12:00:00      12:42:00
- 2.3   2  2025-03-01    running      box    15  400→?
-          12:45:00
- 2.5   1  2025-03-01    2025-03-01   box    16  0→5       oom         36.0s            torch.OutOf…
-          12:00:00      12:00:36                                                       CUDA out of
-                                                                                       memory
+cell  #  started              ended                host  pid  steps     reason       wall
+1.1   1  2025-03-01 12:00:00  2025-03-01 12:30:00  box    11  0→300     completed  30m00s
+2.2   1  2025-03-01 12:00:00  2025-03-01 13:23:20  box    12  0→830     lost        1h23m
+2.2   2  2025-03-01 13:30:00  2025-03-01 14:40:00  box    13  800→1500  completed   1h10m
+2.3   1  2025-03-01 12:00:00  2025-03-01 12:42:00  box    14  0→420     preempted  42m00s
+2.3   2  2025-03-01 12:45:00  running              box    15  400→?
+2.5   1  2025-03-01 12:00:00  2025-03-01 12:00:36  box    16  0→5       oom         36.0s
+2.5 #1: torch.OutOfMemoryError: CUDA out of memory
 """
 
 
@@ -333,12 +330,12 @@ def test_steps_lost_counts_what_the_next_attempt_trained_again() -> None:
 
 
 REPORT_GOLDEN = """\
- reason     attempts  wall hours  gpu hours  steps run  steps lost  share of wall
- completed         2       1.667      1.667       1000           0          44.3%
- preempted         1       0.700      1.400        420          20          18.6%
- lost              1       1.389      1.389        830          30          36.9%
- oom               1       0.010      0.010          5           0           0.3%
- running           1       0.000      0.000          0           0           0.0%
+reason     attempts  wall hours  gpu hours  steps run  steps lost  share of wall
+completed         2       1.667      1.667       1000           0          44.3%
+preempted         1       0.700      1.400        420          20          18.6%
+lost              1       1.389      1.389        830          30          36.9%
+oom               1       0.010      0.010          5           0           0.3%
+running           1       0.000      0.000          0           0           0.0%
 """
 
 
@@ -372,7 +369,7 @@ def test_lost_work_of_programs_is_counted_to_the_real_resume_point_or_said_unkno
     assert (rows["preempted"]["steps_lost"], rows["preempted"]["steps_unknown"]) == (16, 0)
     assert (rows["lost"]["steps_run"], rows["lost"]["steps_lost"], rows["lost"]["steps_unknown"]) == (0, 0, 1)
     shown = text(render.report_table(list(rows.values())), width=120)
-    assert " lost              1 " in shown and "0+?" in shown
+    assert "\nlost              1 " in shown and "0+?" in shown
     assert "+?: 2 attempt(s) ran a program that does not report its steps" in shown
 
 
@@ -413,13 +410,13 @@ def test_failure_line_names_the_exception_else_the_last_words_and_the_exit_statu
 
 
 FAILED_GOLDEN = """\
-cell  group  state        progress  attempts  last reason  note
-1.1   q1     failed                        2  error        ValueError: bug at step 7 (see sweepq
-                                                           logs 1.1 runs/x)
-1.2   q1     queued                        1  oom          retry due; MemoryError: out of memory
-                                                           (see sweepq logs 1.2 runs/x)
+cell  group  state        progress  attempts  last reason
+1.1   q1     failed                        2  error
+1.2   q1     queued                        1  oom
 1.3   q1     done             100%         1  completed
 1.4   q1     interrupted                   1  lost
+1.1: ValueError: bug at step 7 (see sweepq logs 1.1 runs/x)
+1.2: retry due; MemoryError: out of memory (see sweepq logs 1.2 runs/x)
 
 4 cells: 1 queued, 1 interrupted, 1 done, 1 failed
 """
@@ -465,3 +462,222 @@ def test_a_launch_names_at_most_twenty_cells_per_line() -> None:
     assert line.startswith("1.1, 1.2, ") and "1.20, … and 99,980 more (sweepq status lists every cell)" in line
     assert len(line) < 200
     assert listed(ids[:20]) == ", ".join(ids[:20])
+
+
+# -- the cfg beside the results, every table within the terminal's width (cli/fit.py, params.py, columns.py)
+
+ACC = Metric("validation/accuracy_top1", "max")
+LLAMA, QWEN = "meta-llama/Llama-3.2-1B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"
+VARYING = ("model.name", "optim.lr", "optim.weight_decay", "scheduler.warmup_steps")
+SAME = ("model.dropout", "optim.name", "optim.betas", "data.path", "data.seq_len", "seed")
+
+
+def llm_cfg(model: str, lr: float, wd: float = 0.01, warmup: int = 100) -> dict[str, Any]:
+    return {
+        "model": {"name": model, "dropout": 0.1},
+        "optim": {"name": "adamw", "lr": lr, "weight_decay": wd, "betas": [0.9, 0.999]},
+        "data": {"path": "/datasets/openwebtext/tokenized-2048", "seq_len": 2048},
+        "scheduler": {"warmup_steps": warmup},
+        "seed": 1234,
+    }
+
+
+def trained(steps: int, acc: float | None = None, best: float | None = None, **fields: Any) -> dict[str, Any]:
+    metrics = {} if acc is None else {"validation/accuracy_top1": acc, "train/loss": 1.234}
+    return {"step": steps, "total_steps": 12000, "metrics": metrics, "best": best, **fields}
+
+
+OK = "completed"
+# Two models x three learning rates; weight decay and warm-up vary too; six keys are the same everywhere.
+FINETUNE = [
+    cell(
+        "1.1", CellState.DONE, cfg=llm_cfg(LLAMA, 3e-4), **trained(12000, 0.61234, 0.6213, attempts=1, last_reason=OK)
+    ),
+    cell(
+        "1.2",
+        CellState.DONE,
+        cfg=llm_cfg(LLAMA, 1e-4, wd=0.1),
+        **trained(12000, 0.601, 0.6047, attempts=2, last_reason=OK),
+    ),
+    cell("1.3", CellState.RUNNING, cfg=llm_cfg(LLAMA, 3e-5, warmup=500), **trained(7340, 0.55012, 0.5502, attempts=1)),
+    cell("2.1", CellState.FAILED, cfg=llm_cfg(QWEN, 3e-4), **trained(12, attempts=1, last_reason="error")),
+    cell(
+        "2.2",
+        CellState.INTERRUPTED,
+        cfg=llm_cfg(QWEN, 1e-4, wd=0.1),
+        **trained(4100, 0.48, 0.4811, attempts=1, last_reason="lost"),
+    ),
+    cell("2.3", CellState.QUEUED, cfg=llm_cfg(QWEN, 3e-5, warmup=500)),
+]
+FINETUNE_NOTES = {"2.1": "ValueError: the tokenizer has no pad token (see sweepq logs 2.1)"}
+
+FINETUNE_80 = """\
+cell  state        progress  name                lr  weight_decay  valida…_top1
+1.1   done             100%  Llama-3.2-1B-…  0.0003          0.01        0.6123
+1.2   done             100%  Llama-3.2-1B-…  0.0001           0.1         0.601
+1.3   running           61%  Llama-3.2-1B-…   3e-05          0.01        0.5501
+2.1   failed             0%  Qwen2.5-0.5B-…  0.0003          0.01
+2.2   interrupted       34%  Qwen2.5-0.5B-…  0.0001           0.1          0.48
+2.3   queued                 Qwen2.5-0.5B-…   3e-05          0.01
+2.1: ValueError: the tokenizer has no pad token (see sweepq logs 2.1)
+hidden: warmup_steps, best, … 5 more (a wider terminal or --json shows them)
+same in every cell: model.dropout=0.1, … 5 more (--all-params shows them)
+
+6 cells: 1 queued, 1 running, 1 interrupted, 2 done, 1 failed
+"""
+
+FINETUNE_160 = """\
+cell  group  state               step  progress    eta  name                lr  weight_decay  warmup_steps  valida…_top1    best  attempts  last reason
+1.1   q1     done         12000/12000      100%         Llama-3.2-1B-…  0.0003          0.01           100        0.6123  0.6213         1  completed
+1.2   q1     done         12000/12000      100%         Llama-3.2-1B-…  0.0001           0.1           100         0.601  0.6047         2  completed
+1.3   q1     running       7340/12000       61%  1h30m  Llama-3.2-1B-…   3e-05          0.01           500        0.5501  0.5502         1
+2.1   q2     failed          12/12000        0%         Qwen2.5-0.5B-…  0.0003          0.01           100                               1  error
+2.2   q2     interrupted   4100/12000       34%         Qwen2.5-0.5B-…  0.0001           0.1           100          0.48  0.4811         1  lost
+2.3   q2     queued                                     Qwen2.5-0.5B-…   3e-05          0.01           500
+2.1: ValueError: the tokenizer has no pad token (see sweepq logs 2.1)
+same in every cell: model.dropout=0.1, optim.name=adamw, optim.betas=[0.9,0.999], data.path=/datasets/op…enized-2048, data.seq_len=2048, seed=1234
+
+6 cells: 1 queued, 1 running, 1 interrupted, 2 done, 1 failed
+"""  # noqa: E501
+
+
+def finetune(width: int, all_params: bool = False) -> tuple[str, list[str]]:
+    """The status table as `width` columns show it (golden text), and its lines as rich wrote them."""
+    table = render.status_table(
+        FINETUNE, ACC, etas={"1.3": 5400.0}, notes=FINETUNE_NOTES, now=T0, all_params=all_params
+    )
+    return text(table, width), render.to_text(table, width).splitlines()
+
+
+def hidden(shown: str) -> list[str]:
+    """The columns the footnote names as left out."""
+    line = next((x for x in shown.splitlines() if x.startswith("hidden: ")), "hidden:  (")
+    return line.removeprefix("hidden: ").split(" (")[0].split(", ")
+
+
+@pytest.mark.parametrize("width, golden", [(80, FINETUNE_80), (160, FINETUNE_160)])
+def test_status_shows_the_cfg_keys_that_vary_within_the_width(width: int, golden: str) -> None:
+    shown, lines = finetune(width)
+    assert shown == golden
+    assert max(cell_len(line) for line in lines) <= width
+    header = shown.splitlines()[0].split()
+    cfg_columns = ["name", "lr", "weight_decay", "warmup_steps"]  # unambiguous last names: `optim.name` is the same
+    assert [h for h in header if h in cfg_columns] == cfg_columns[: 3 if width == 80 else 4]
+    assert width != 80 or hidden(shown)[0] == "warmup_steps"
+    assert not set(header) & {"dropout", "betas", "path", "seq_len", "seed", *SAME}
+    same_line = next(x for x in shown.splitlines() if x.startswith("same in every cell: "))
+    assert same_line.startswith("same in every cell: model.dropout=0.1, ")
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_all_params_shows_every_key_the_varying_ones_first(width: int) -> None:
+    shown, lines = finetune(width, all_params=True)
+    assert max(cell_len(line) for line in lines) <= width
+    header = shown.splitlines()[0].split()
+    named = set(header) | set(hidden(shown))
+    assert "same in every cell" not in shown
+    if width == 80:  # the keys that vary first, each named by its path where its last name is ambiguous
+        assert header[:6] == ["cell", "state", "progress", "model.name", "lr", "weight_decay"], shown
+        assert hidden(shown)[:2] == ["warmup_steps", "dropout"] and "… 11 more" in shown
+    else:
+        assert {"model.name", "optim.name", "lr", "weight_decay", "dropout", "betas", "path", "seed"} <= named
+
+
+def test_every_table_fits_every_width_and_no_number_is_cut() -> None:
+    rows = report.by_reason(SWEEP_ATTEMPTS)
+    best = [
+        {"rank": None, "cell": c.id, "state": str(c.state), "best": c.best, "step": 10, "checkpoint": None}
+        | {"cfg": c.cfg}
+        for c in FINETUNE
+    ]
+    accs = {c.id: render.fmt_num(c.metrics["validation/accuracy_top1"]) for c in FINETUNE if c.metrics}
+    for width in (40, 47, 55, 64, 72, 80, 91, 100, 120, 140, 160, 200):
+        status = render.to_text(render.status_table(FINETUNE, ACC, notes=FINETUNE_NOTES, now=T0), width)
+        for table in (
+            status,
+            render.to_text(render.best_table(best, ACC), width),
+            render.to_text(render.attempts_table(SWEEP_ATTEMPTS), width),
+            render.to_text(render.report_table(rows), width),
+            render.to_text(render_cell.show_cell(STORY[2], SWEEP_ATTEMPTS[1:3], [], [], VAL_ACC), width),
+        ):
+            assert max(cell_len(line) for line in table.splitlines()) <= width, (width, table)
+        for line in status.splitlines():  # the metric is always kept, whole
+            cid = line.split(" ")[0]
+            if cid in accs:
+                assert f" {accs[cid]}" in line, (width, line)
+                assert all(w.startswith(("Llama", "Qwen")) for w in line.split() if "…" in w), (width, line)
+
+
+def test_cfg_keys_flattened_named_and_shortened() -> None:
+    from sweepq.cli import params
+
+    assert params.flatten({"optim": {"lr": 0.1, "betas": [0.9]}, "seed": 1, "extra": {}}) == {
+        "optim.lr": 0.1,
+        "optim.betas": [0.9],
+        "seed": 1,
+        "extra": {},
+    }
+    varying, same = params.split_keys([{"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": True}])
+    assert (varying, same) == (["b.c", "d"], ["a"])  # a key missing from some cells varies
+    assert params.headers(["model.name", "optim.name", "optim.lr", "lr"]) == {
+        "model.name": "model.name",
+        "optim.name": "optim.name",
+        "optim.lr": "optim.lr",
+        "lr": "lr",
+    }
+    assert params.headers(["model.name", "optim.lr"]) == {"model.name": "name", "optim.lr": "lr"}
+    assert [params.full(v) for v in (3e-4, 1e-05, True, None, [1, 2])] == ["0.0003", "1e-05", "true", "null", "[1,2]"]
+    assert params.short(0.000123456) == "0.0001235" and params.short(1e-05) == "1e-05"
+    assert params.short(list(range(100, 120))) == "[100,101,…]"  # cut between numbers, never inside one
+    assert params.short(LLAMA) == "Llama-3.2-1B-…" and params.short("/data/set/") == "set"
+    assert params.short(LLAMA, by_name=False) == "meta-ll…struct"
+
+
+def test_json_of_status_best_and_show_has_each_cells_full_cfg(tmp_path: Path, launch: Launch) -> None:
+    from click.testing import CliRunner
+
+    from sweepq.cli.main import main
+
+    nested = """\
+name: nested
+train: trainers:train
+params: {model: {name: meta-llama/Llama-3.2-1B-Instruct, dropout: 0.1}, seed: 7}
+metric: {name: validation/accuracy_top1, goal: max}
+grid: {optim.lr: [0.0003, 0.0001], optim.name: [adamw]}
+"""
+    root = tmp_path / "root"
+    launch(root, sweep_from(nested, tmp_path))
+    runner = CliRunner()
+
+    def ran(*args: str, columns: str = "") -> str:
+        result = runner.invoke(main, [*args, "--root", str(root)], env={"COLUMNS": columns or None})
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    want = {
+        "model": {"name": LLAMA, "dropout": 0.1},
+        "seed": 7,
+        "optim": {"lr": 0.0003, "name": "adamw"},
+    }
+    status = json.loads(ran("status", "--json"))
+    assert [c["cfg"] for c in status] == [want, want | {"optim": {"lr": 0.0001, "name": "adamw"}}]
+    assert {"cell", "group", "state", "step", "progress", "attempts", "last_reason", "metrics", "best", "alive"} <= set(
+        status[0]
+    )
+    best = json.loads(ran("best", "--json"))
+    assert [(r["cell"], r["cfg"]) for r in best] == [(c["cell"], c["cfg"]) for c in status]
+    assert {"rank", "cell", "state", "best", "step", "checkpoint"} <= set(best[0])
+    assert json.loads(ran("show", "1.1", "--json"))["cfg"] == want
+
+    wide = ran("status").splitlines()  # a pipe without COLUMNS: as wide as the table
+    assert wide[0].split() == ["cell", "group", "state", "optim.lr"]
+    assert (
+        wide[3]
+        == "same in every cell: model.name=meta-llama/L…1B-Instruct, model.dropout=0.1, seed=7, optim.name=adamw"
+    )
+    narrow = ran("status", columns="25").splitlines()  # COLUMNS: how wide a pipe is
+    assert max(map(cell_len, narrow)) <= 25 and narrow[0].split() == ["cell", "state", "optim.lr"], narrow
+    assert narrow[3].startswith("hidden: group ")
+    every = ran("status", "--all-params", columns="200").splitlines()[0].split()
+    assert every == ["cell", "group", "state", "model.name", "model.dropout", "seed", "optim.lr", "optim.name"]
+    assert ran("best", columns="50").splitlines()[0].split() == ["rank", "cell", "state", "optim.lr", "valida…_top1"]

@@ -1,0 +1,146 @@
+"""The cfg beside the results: nested keys flattened (`optim.lr`), the keys that vary, short values and headers.
+
+Tables show only the keys whose values differ between the cells shown (a key
+missing from some cells differs too), as "show only differing params" does in
+experiment trackers; `--all-params` shows every key (those that vary are kept
+first). Values keep their full form (a float's shortest exact spelling) when
+there is room, and a short one when there is not: floats to 4 significant
+digits, a string's last path component cut with "…", lists cut between
+elements, never inside a number.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+
+from sweepq.cli.fit import Column, Justify, one_line, short_header, shorten
+
+SHORT_VALUE = 14  # the most cells a value's short form takes (a number's may take more: never cut)
+SAME_VALUE = 24  # a value in the line of keys that are the same in every cell
+_MISSING = object()
+
+
+def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"optim": {"lr": 0.1}} -> {"optim.lr": 0.1}; lists and empty mappings are values."""
+    flat: dict[str, Any] = {}
+    for k, v in cfg.items():
+        if isinstance(v, Mapping) and v:
+            flat.update(flatten(v, f"{prefix}{k}."))
+        else:
+            flat[f"{prefix}{k}"] = v
+    return flat
+
+
+def split_keys(cfgs: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """(the keys that vary, those the same in every cell), each in the order the cells first name them."""
+    flat = [flatten(c) for c in cfgs]
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    varies = {k for k in keys if len({_identity(f.get(k, _MISSING)) for f in flat}) > 1}
+    return [k for k in keys if k in varies], [k for k in keys if k not in varies]
+
+
+def _identity(v: Any) -> str:
+    return "\0missing" if v is _MISSING else json.dumps(v, sort_keys=True, default=str)
+
+
+def full(v: Any) -> str:
+    """A cfg value as the sweep file would spell it (floats exactly, in their shortest form)."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, float):
+        return repr(v)
+    return json.dumps(v, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def short(v: Any, by_name: bool = True) -> str:
+    """A cfg value in about SHORT_VALUE cells, never cut inside a number. A string keeps what follows
+    its last "/" (a model's or a file's name) and its start (`by_name`), else its two ends."""
+    if isinstance(v, str):
+        if not by_name:
+            return shorten(v, SHORT_VALUE)
+        name = v.rstrip("/").rsplit("/", 1)[-1] or v
+        return name if cell_len(name) <= SHORT_VALUE else name[: SHORT_VALUE - 1] + "…"
+    if isinstance(v, float) and v == v and abs(v) != float("inf"):
+        return min(repr(v), f"{v:.4g}", key=len)
+    if isinstance(v, list | tuple):
+        return _short_list([full(x) for x in v])
+    return full(v)
+
+
+def _short_list(parts: list[str]) -> str:
+    kept = "["
+    for i, p in enumerate(parts):
+        more = kept + ("," if i else "") + p
+        closing = 1 if i == len(parts) - 1 else 3  # "]", or ",…]" when more elements follow
+        if i and cell_len(more) + closing > SHORT_VALUE:
+            return kept + ",…]"
+        kept = more
+    return kept + "]"
+
+
+def headers(keys: Sequence[str]) -> dict[str, str]:
+    """Each key's shortest trailing path that no other key ends with: `optim.lr` -> `lr` when unambiguous."""
+    parts = {k: k.split(".") for k in keys}
+    named: dict[str, str] = {}
+    for k, p in parts.items():
+        for n in range(1, len(p) + 1):
+            tail = ".".join(p[-n:])
+            if not any(o != k and (o == tail or o.endswith("." + tail)) for o in keys):
+                named[k] = tail
+                break
+        else:
+            named[k] = k
+    return named
+
+
+def columns(cfgs: Sequence[Mapping[str, Any]], every: bool, rank: int, same_rank: int) -> list[Column]:
+    """A column per key that varies (at `rank`), and with `every` per key the same in every cell too (at
+    `same_rank`), in the sweep's order; each in its full and its short form."""
+    varying = split_keys(cfgs)[0]
+    shown = [k for k in dict.fromkeys(k for c in cfgs for k in flatten(c)) if every or k in varying]
+    flat = [flatten(c) for c in cfgs]
+    named = headers(shown)
+    made = []
+    for k in shown:
+        values = [full(f[k]) if k in f else "" for f in flat]
+        shorts = [short(f[k]) if k in f else "" for f in flat]
+        if len(set(shorts)) < len(set(values)):  # names alike after their last "/": keep both ends instead
+            shorts = [short(f[k], by_name=False) if k in f else "" for f in flat]
+        justify: Justify = "right" if all(_numeric(f[k]) for f in flat if k in f) else "left"
+        at = rank if k in varying else same_rank
+        head = short_header(named[k], shorts)
+        made.append(Column(k, values, at, justify, head, shorts, family="cfg", called=named[k]))
+    return made
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def lines(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, value) of every flattened key, for one cell's page (`show`)."""
+    return [(k, full(v)) for k, v in flatten(cfg).items()]
+
+
+@dataclass(frozen=True)
+class Constants:
+    """One line under a table: the keys left out because every cell has the same value, with that value."""
+
+    cfgs: Sequence[Mapping[str, Any]]
+    every: bool  # --all-params: they are columns already
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.every or not self.cfgs:
+            return
+        same = split_keys(self.cfgs)[1]
+        values = flatten(self.cfgs[0])
+        items = [f"{k}={shorten(full(values[k]), SAME_VALUE)}" for k in same]
+        if items:
+            tail = " (--all-params shows them)"
+            yield one_line("same in every cell: ", items, tail, options.max_width)
