@@ -19,10 +19,16 @@ SAME = "<same params>"
 ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "status": (
         ("cell", "state"),
-        (METRIC, "progress", PARAMS, SAME, "best", "last reason", "attempts", "eta", "step", "epoch", "group", "note"),
+        (
+            *(METRIC, "progress", PARAMS, SAME, "best", "last reason", "attempts", "use", "eta"),
+            *("step", "epoch", "group", "note"),
+        ),
     ),
     "best": (("rank", "cell", METRIC), (PARAMS, SAME, "step", "checkpoint", "state")),
-    "attempts": (("cell", "#", "reason"), ("steps", "wall", "started", "ended", "peak mem", "host", "pid", "note")),
+    "attempts": (
+        ("cell", "#", "reason"),
+        ("steps", "wall", "started", "ended", "peak mem", "use", "host", "pid", "note"),
+    ),
     "checkpoints": (("step", "state"), ("metrics", "epoch", "size", "path")),
     "history": (("time", "event"), ("detail",)),
     "report": (("reason",), ("wall hours", "attempts", "steps lost", "share of wall", "steps run", "gpu hours")),

@@ -28,6 +28,7 @@ from rich.live import Live
 from sweepq.cli import failures, launch_lock, launch_summary, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
+from sweepq.execution import usage_text
 from sweepq.execution.diskfull import EXIT_DISK_FULL, workers_stopped
 from sweepq.layout import RootPaths, default_root_beside
 from sweepq.queue import reconcile
@@ -240,8 +241,9 @@ class Launcher:
         cells = store.cells()
         told = failures.failure_notes(cells, lambda reason: store.attempts(reason=reason), self._where)
         notes = told | store.fault_notes()
+        usages = usage_text.latest_by_cell(store.attempts())
         return render.status_table(
-            cells, metric, title=note or None, etas=store.etas(), stalls=store.stalls(), notes=notes
+            cells, metric, title=note or None, etas=store.etas(), stalls=store.stalls(), notes=notes, usages=usages
         )
 
     def _print_changes(self, store: Store, seen: dict[str, str]) -> None:

@@ -13,6 +13,7 @@ from rich.console import Console, RenderableType
 from sweepq.cli import failures, render, render_cell
 from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
 from sweepq.errors import UsageError
+from sweepq.execution import usage_text
 from sweepq.queue.database import Database
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import select_cells
@@ -69,6 +70,7 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every
         metric = store.settings().metric
         if as_json:
             etas, stalls = store.etas(), store.stalls()
+            usages = usage_text.latest_by_cell(store.attempts())
             print_json(
                 [
                     c.to_json()
@@ -77,6 +79,7 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every
                         "alive": _alive(store, c),
                         "eta_seconds": etas.get(c.id),
                         "no_progress_seconds": stalls.get(c.id),
+                        "usage": usages.get(c.id),
                     }
                     for c in store.cells()
                 ]
@@ -90,6 +93,7 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every
                 dead=_dead_running(store),
                 etas=store.etas(),
                 all_params=all_params,
+                usages=usage_text.latest_by_cell(store.attempts()),
                 **_told(store),
             )
 

@@ -20,6 +20,8 @@ from rich.text import Text
 from sweepq.cli import params
 from sweepq.cli.columns import METRIC, PARAMS, SAME, kept, ranks
 from sweepq.cli.fit import Column, FittedTable, short_header
+from sweepq.execution import usage_text
+from sweepq.execution.usage_text import low_gpu_flag
 from sweepq.queue.records import AttemptRecord, CellRecord
 from sweepq.queue.states import CLAIMABLE, CellState
 from sweepq.spec.sweep import Metric
@@ -151,11 +153,13 @@ def status_table(
     notes: dict[str, str] | None = None,
     now: datetime | None = None,
     all_params: bool = False,
+    usages: dict[str, dict[str, Any]] | None = None,
 ) -> RenderableType:
     """`stalls`: seconds without progress of running cells past their threshold (Store.stalls);
     `notes`: what the last attempt of a cell said, when its machine failed it (Store.fault_notes);
-    `all_params`: every cfg key, not only those that vary across the cells."""
-    dead, etas = dead or set(), etas or {}
+    `all_params`: every cfg key, not only those that vary across the cells;
+    `usages`: each cell's CPU/GPU use from its newest attempt (usage_text.latest_by_cell)."""
+    dead, etas, usages = dead or set(), etas or {}, usages or {}
     told = _Told(stalls or {}, notes or {}, now or datetime.now(UTC))
     mname = metric.name if metric else next((metric_of(c, None)[0] for c in cells if c.metrics), "")
     mvalues = [fmt_num(c.metrics.get(mname)) if mname else "" for c in cells]
@@ -177,11 +181,21 @@ def status_table(
         Column(mname or "metric", mvalues, rank[METRIC], "right", short_name=short_header(mname, mvalues)),
         Column("best", [fmt_num(c.best) for c in cells], rank["best"], "right"),
         Column("attempts", [str(c.attempts) if c.attempts else "" for c in cells], rank["attempts"], "right"),
+        Column("use", [usage_text.usage_cell(usages.get(c.id)) for c in cells], rank["use"], "right"),
         Column("last reason", [c.last_reason or "" for c in cells], rank["last reason"], short_name="reason"),
-        Column("note", [DEAD_NOTE if c.id in dead else told.note(c) for c in cells], rank["note"], prose="below"),
+        Column(
+            "note",
+            [DEAD_NOTE if c.id in dead else _joined(told.note(c), low_gpu_flag(usages.get(c.id))) for c in cells],
+            rank["note"],
+            prose="below",
+        ),
     ]
     table = FittedTable(cols, kept=kept("status"), title=title)
     return Group(table, params.Constants([c.cfg for c in cells], all_params), Text(""), summary(cells))
+
+
+def _joined(*parts: str | None) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 @dataclass(frozen=True)
@@ -248,6 +262,7 @@ def attempts_table(
         ),
         Column("host", [a.host for a in attempts], rank["host"]),
         Column("pid", [str(a.pid or "") for a in attempts], rank["pid"], "right"),
+        Column("use", [usage_text.usage_cell(a.usage) for a in attempts], rank["use"], "right"),
         Column(
             "steps",
             [f"{a.start_step}→{a.end_step if a.end_step is not None else '?'}" for a in attempts],

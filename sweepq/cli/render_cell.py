@@ -23,6 +23,7 @@ from sweepq.cli.render import (
     fmt_step,
     fmt_time,
 )
+from sweepq.execution import usage_text
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.spec.sweep import Metric
 
@@ -56,6 +57,11 @@ def show_cell(
     if cell.best is not None:
         name = metric.name if metric else "best"
         head.add_row("best", f"{name}={fmt_num(cell.best)} at step {cell.best_step}")
+    used = attempts[-1].usage if attempts else None  # the newest attempt's (running: so far)
+    if usage_text.usage_detail(used):
+        head.add_row("usage", usage_text.usage_detail(used))
+    if usage_text.low_gpu_flag(used):
+        head.add_row("flag", Text(usage_text.low_gpu_flag(used) or "", style="yellow"))
     parts: list[RenderableType] = [head, Text("")]
     parts.append(attempts_table(attempts, title="attempts", with_cell=False))
     shown = [c for c in checkpoints if c.state != "superseded"]
