@@ -11,7 +11,8 @@ sweepq's own choice (may change between versions):
     <root>/cells/<cell>/args.json                 what a program's ${args_json_file} stands for
     <root>/cells/<cell>/output/                   a program's own files, kept across attempts
     <root>/cells/<cell>/attempts/<n>/             attempt.json, stdout.log, stderr.log, receipt.json,
-                                                  outcome.json (a program's own account) of attempt n
+                                                  outcome.json (a program's own account), metrics.jsonl
+                                                  (every point it logged) of attempt n
     <root>/attic/<cell>/<stamp>/                  what `sweepq reset` moved aside
     <root>/launch.log                             a launch's output once its terminal went away (and
                                                   all of a `launch --detach`)
@@ -166,6 +167,10 @@ class CellPaths:
     def outcome(self, number: int) -> Path:
         """Where a program may say how attempt `number` ended."""
         return self.attempt_dir(number) / "outcome.json"
+
+    def metrics(self, number: int) -> Path:
+        """Every point attempt `number` logged (`run.log`), one JSON line each (sweepq/history/)."""
+        return self.attempt_dir(number) / "metrics.jsonl"
 
     def stdout(self, number: int) -> Path:
         return self.attempt_dir(number) / "stdout.log"

@@ -4,10 +4,19 @@ Each command lives with its kind (run_commands, read_commands, log_commands, ste
 session_commands, repair_commands); importing them registers them on the click group defined in app.py.
 """
 
-from sweepq.cli import log_commands, read_commands, repair_commands, run_commands, session_commands, steer_commands
+from sweepq.cli import (
+    export_commands,
+    log_commands,
+    read_commands,
+    repair_commands,
+    run_commands,
+    session_commands,
+    steer_commands,
+)
 from sweepq.cli.app import main
 
 __all__ = [
+    "export_commands",
     "log_commands",
     "main",
     "read_commands",

@@ -12,6 +12,8 @@ from sweepq.spec.sweep import Metric
 
 def scalar(v: Any) -> Any:
     """A tensor or numpy value as a plain Python number (or list), for JSON."""
+    if type(v) is float or type(v) is int:  # most logged values, every step: nothing to convert
+        return v
     torch = sys.modules.get("torch")  # a tensor exists only once torch is loaded; a supervisor never loads it
     if torch is not None and isinstance(v, torch.Tensor):
         v = v.detach()

@@ -31,7 +31,7 @@ from sweepq.checkpoint import serialize, snapshot, storage
 from sweepq.checkpoint.commit import Committed
 from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.checkpoint.image import Files
-from sweepq.execution import fingerprint, reporter, run_files, signals
+from sweepq.execution import fingerprint, history_writer, reporter, run_files, signals
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.cadence import Cadence
 from sweepq.execution.channel import Channel
@@ -71,6 +71,7 @@ class Run:
         self._reporter: reporter.Reporter | None = None  # a program's (Run.from_env())
         self._state_ref: dict[str, Any] | None = None
         self._resume: tuple[Path | None] | None = None  # resume_path()'s answer, once asked
+        self._history = history_writer.HistoryWriter(self.paths.metrics(spec.attempt), spec.cell, spec.attempt)
         self._pending: dict[str, Any] = {}
         self._last_send = 0.0
         self.start_step = 0
@@ -171,16 +172,15 @@ class Run:
         return True
 
     def log(self, step: int, **scalars: Any) -> None:
-        """Record scalars at a step (shown by `sweepq status`; `epoch=` sets the epoch)."""
+        """Record scalars at a step: shown by `sweepq status`, kept in the history (`epoch=` sets the epoch)."""
         step = int(step)
         self.last_step = max(self.last_step, step)
-        self._check_finite(step, scalars)
-        if "epoch" in scalars:
-            self.epoch = float(scalars["epoch"])
-        self._track_best(step, scalars)
-        self._pending.update(plain(scalars))
-        now = time.monotonic()
-        if now - self._last_send >= LOG_INTERVAL:
+        self._history.append(step, values := plain(scalars))  # first: a non-finite loss's point is history too
+        self._check_finite(step, values)
+        self.epoch = float(values["epoch"]) if "epoch" in values else self.epoch
+        self._track_best(step, values)
+        self._pending.update(values)
+        if time.monotonic() - self._last_send >= LOG_INTERVAL:
             self._send_log()
 
     def set_total(self, steps: int, epochs: float | None = None) -> None:
@@ -245,6 +245,7 @@ class Run:
 
     def close(self, completed: bool) -> None:
         """Wait for the write in flight; on completion make sure the last step is committed."""
+        self._history.close()  # every point logged on the disk, whatever happens below
         self._writer.flush()
         self._guard.remove()
         # The final state is committed even when the cadence never came due (short cells).
@@ -306,6 +307,7 @@ class Run:
         # Checkpoints at or after this step belong to an abandoned timeline (this
         # attempt never scheduled them): a resume must never land on them.
         self._committed.supersede_after(step - 1, "abandoned: training restarted from an earlier step")
+        self._history.sync()  # the points up to this step are on the disk before it commits
         self._after_commit(checkpoint.write_checkpoint(self._checkpoints, step, skeleton, buffers, meta, image))
 
     def _meta(self, metrics: dict[str, Any]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ def commit(run: Run, step: int, given: Path | dict[str, Path], metrics: dict[str
     t0 = time.perf_counter()
     run._writer.flush()  # a state checkpoint in flight commits first: commits stay in step order
     run._committed.supersede_after(step - 1, "abandoned: training restarted from an earlier step")
+    run._history.sync()  # the points up to this step are on the disk before it commits
     run._after_commit(files.write_files_checkpoint(run._checkpoints, step, sources, run._meta(metrics)))
     run._cadence.last_scheduled = step
     run._cadence.paused(time.perf_counter() - t0)

@@ -1,0 +1,70 @@
+"""Reading a sweep's metric history: the attempts' files, stitched by what the queue knows of each attempt.
+
+Read-only: the queue is opened for reading (or the caller's store is used), the
+files are only read, and a running attempt's file is read as far as its last
+whole line. Attempt folders the queue has no row for are not read (where an
+attempt started is what stitching needs, and only its row knows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sweepq.history.format import read_attempt
+from sweepq.history.records import AttemptInfo, AttemptLog, CellHistory, CheckpointMark
+from sweepq.history.stitch import stitch
+from sweepq.layout import CellPaths
+
+if TYPE_CHECKING:
+    from sweepq.queue.records import AttemptRecord
+    from sweepq.queue.store import Store
+
+
+def attempt_log(root: Path, cell: str, attempt: int) -> AttemptLog:
+    """What attempt `attempt` of `cell` logged, in order (none when it logged nothing)."""
+    return read_attempt(CellPaths(root, cell).metrics(attempt), attempt)
+
+
+def stitched(root: Path, cell: str, store: Store | None = None) -> CellHistory:
+    """The cell's stitched history (stitch.py says how). Pass `store` to read many cells with one."""
+    with _store(root, store) as s:
+        return _history(root, cell, s.attempts(cell), s)
+
+
+def stitched_all(store: Store, cells: Iterable[str] | None = None) -> Iterator[CellHistory]:
+    """Every cell's history (or those of `cells`), in the queue's cell order; attempts read in one query."""
+    by_cell: dict[str, list[AttemptRecord]] = {}
+    for a in store.attempts():
+        by_cell.setdefault(a.cell, []).append(a)
+    wanted = [c.id for c in store.cells()] if cells is None else list(cells)
+    for cell in wanted:
+        yield _history(store.root, cell, by_cell.get(cell, []), store)
+
+
+def _history(root: Path, cell: str, records: list[AttemptRecord], store: Store) -> CellHistory:
+    logs = [attempt_log(root, cell, a.number) for a in records]
+    marks = [CheckpointMark(c.step, c.attempt, c.state) for c in store.checkpoints(cell)]
+    return stitch(
+        cell,
+        [AttemptInfo.of(a) for a in records],
+        {log.attempt: log.points for log in logs},
+        marks,
+        damaged={log.attempt: log.damaged for log in logs},
+    )
+
+
+@contextmanager
+def _store(root: Path, given: Store | None) -> Iterator[Store]:
+    if given is not None:
+        yield given
+        return
+    from sweepq.queue.store import Store  # the queue's engine only when asked: the writer side never needs it
+
+    opened = Store.open_readonly(root)
+    try:
+        yield opened
+    finally:
+        opened.close()

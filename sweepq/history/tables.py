@@ -1,0 +1,142 @@
+"""Tidy tables of a sweep for exports: every logged value, every attempt, every cell with its cfg.
+
+Pure: records and histories in, rows of plain strings out, in a stable order, so
+that exporting the same sweep twice gives the same bytes. Numbers are written so
+that they read back exactly (`repr` of a float), times in ISO-8601 UTC.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sweepq.history.records import CellHistory, Status
+
+if TYPE_CHECKING:
+    from sweepq.queue.records import AttemptRecord, CellRecord
+
+METRICS_HEADER = ["cell", "attempt", "step", "name", "value", "time", "status", "reason"]
+ATTEMPTS_HEADER = [
+    "cell",
+    "attempt",
+    "reason",
+    "start_step",
+    "resumed",
+    "end_step",
+    "started_at",
+    "ended_at",
+    "wall_seconds",
+    "gpu_seconds",
+    "exit_code",
+    "exit_signal",
+    "peak_memory_bytes",
+    "host",
+    "worker",
+    "values_logged",
+    "values_lost",
+    "note",
+]
+CELL_FIELDS = ["cell", "group", "state", "attempts", "last_reason", "step", "total_steps", "epoch"]
+
+
+def text(v: Any) -> str:
+    """One CSV field: empty for None, true/false, exact floats, ISO times, JSON for lists and mappings."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, datetime):
+        return v.isoformat().replace("+00:00", "Z")
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v, sort_keys=True, separators=(",", ":"), default=str)
+    return str(v)
+
+
+def flat(d: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Nested mappings as dotted keys: {"opt": {"lr": 1}} -> {"<prefix>.opt.lr": 1}."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}"
+        if isinstance(v, dict) and v:
+            out.update(flat(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def metric_rows(history: CellHistory) -> Iterator[list[str]]:
+    """metrics.csv: every logged value once, by attempt and line; `reason` for lost ones (the attempt's)."""
+    for metric, p, status, reason in history.every_value():
+        yield [
+            history.cell,
+            str(p.attempt),
+            str(p.step),
+            metric,
+            text(p.value),
+            text(p.time),
+            str(status),
+            text(reason) if status is Status.LOST else "",
+        ]
+
+
+def counts(history: CellHistory) -> dict[int, tuple[int, int]]:
+    """Per attempt: (values it logged, values of them lost)."""
+    logged: Counter[int] = Counter(p.attempt for _, p, _, _ in history.every_value())
+    lost: Counter[int] = Counter(t.attempt for t in history.lost for _ in t.points)
+    return {a: (n, lost[a]) for a, n in logged.items()}
+
+
+def attempt_rows(
+    attempts: Iterable[AttemptRecord], counted: dict[tuple[str, int], tuple[int, int]]
+) -> Iterator[list[str]]:
+    """attempts.csv: one row a receipt, in the order given; `counted`: (cell, attempt) -> `counts`."""
+    for a in attempts:
+        logged, lost = counted.get((a.cell, a.number), (0, 0))
+        yield [
+            text(v)
+            for v in (
+                a.cell,
+                a.number,
+                a.reason,
+                a.start_step,
+                a.start_checkpoint_sha is not None,
+                a.end_step,
+                a.started_at,
+                a.ended_at,
+                a.wall_seconds,
+                a.gpu_seconds,
+                a.exit_code,
+                a.exit_signal,
+                a.peak_memory_bytes,
+                a.host,
+                a.worker,
+                logged,
+                lost,
+                a.note,
+            )
+        ]
+
+
+def cell_table(cells: Iterable[CellRecord], metric: str | None) -> tuple[list[str], list[list[str]]]:
+    """cells.csv: header and rows; every cfg key as `cfg.<key>`, every latest metric as `metrics.<name>`."""
+    cells = list(cells)
+    cfgs = [flat(c.cfg, "cfg") for c in cells]
+    metrics = [flat(c.metrics or {}, "metrics") for c in cells]
+    cfg_keys = sorted({k for d in cfgs for k in d})
+    metric_keys = sorted({k for d in metrics for k in d})
+    header = [*CELL_FIELDS, "metric", "best", "best_step", "finished_at", *cfg_keys, *metric_keys]
+    rows = []
+    for c, cfg, ms in zip(cells, cfgs, metrics, strict=True):
+        fixed = [c.id, c.group_name, str(c.state), c.attempts, c.last_reason, c.step, c.total_steps, c.epoch]
+        rows.append(
+            [text(v) for v in fixed]
+            + [text(metric), text(c.best), text(c.best_step), text(c.finished_at)]
+            + [text(cfg.get(k)) for k in cfg_keys]
+            + [text(ms.get(k)) for k in metric_keys]
+        )
+    return header, rows
