@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -51,9 +52,13 @@ def test_read_commands_refuse_an_unmigrated_database(tmp_path: Path) -> None:
 
 def test_installed_wheel_creates_a_root_without_the_source_tree(tmp_path: Path) -> None:
     """migrations/ is a top-level folder: the wheel must carry it as sweepq.migrations."""
-    dist = tmp_path / "dist"
+    dist, source = tmp_path / "dist", tmp_path / "source"
+    # From a clean copy: setuptools reuses a source tree's build/ folder, which may hold packages
+    # that pyproject.toml no longer (or not yet) names.
+    junk = shutil.ignore_patterns("build", "dist", ".venv*", ".git", "runs", "*.egg-info", "__pycache__")
+    shutil.copytree(REPO, source, ignore=junk)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
         check=True,
         capture_output=True,
     )
@@ -65,6 +70,9 @@ def test_installed_wheel_creates_a_root_without_the_source_tree(tmp_path: Path) 
         capture_output=True,
     )
     assert (target / "sweepq" / "migrations" / "versions" / "0001_initial.py").exists()
+    packages = [p.parent.relative_to(REPO) for p in (REPO / "sweepq").rglob("__init__.py")]
+    missing = [str(p) for p in packages if not (target / p / "__init__.py").exists()]
+    assert not missing, f"packages left out of the wheel (pyproject.toml's packages list): {missing}"
     code = (
         "import sweepq, sweepq.queue.db as d; from pathlib import Path; from sweepq.queue.store import Store;"
         "s = Store.open(Path('root'), create=True);"
