@@ -1,10 +1,12 @@
-"""Export commands: `sweepq export csv DIR`. They read like read commands (never write into the root).
+"""Export commands: `sweepq export csv DIR`, `sweepq export tensorboard DIR`. They read like read commands
+(never write into the root).
 
 What they read is committed: the queue through a read-only connection, and each
 attempt's metrics.jsonl up to its last whole line. Each file is written beside
 its final name and renamed over it only once every file is written, so an export
 either replaces all its files or none, and exporting the same sweep again gives
-the same bytes.
+the same bytes. The TensorBoard export owns its whole folder (a run a cell): it is
+written beside DIR and renamed into place, replacing an export sweepq wrote before.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from sweepq.cli.app import friendly, main, reading, root_option
 from sweepq.errors import UsageError
 from sweepq.history import tables
 from sweepq.history.read import stitched_all
+from sweepq.history.records import CellHistory
 from sweepq.layout import CellPaths
 from sweepq.spec.sweep import select_cells
 
@@ -117,3 +121,78 @@ def _write_all(folder: Path, files: dict[str, tuple[list[str], Iterable[list[str
     for final, tmp in written.items():
         os.replace(tmp, final)
     fsync_dir(folder)
+
+
+MARK = ".sweepq-export"  # in a folder `export tensorboard` wrote: only such a folder is replaced whole
+
+
+@export.command("tensorboard")
+@click.argument("dest", metavar="DIR", type=click.Path())
+@click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]", type=click.Path())
+@root_option
+@click.option("--cell", "cells", multiple=True, help="Only these cells (id, group or pattern; repeatable).")
+@friendly
+def tensorboard_command(dest: str, spec: str | None, root: str | None, cells: tuple[str, ...]) -> None:
+    """Write TensorBoard runs into DIR: one a cell (DIR/<cell>), with its cfg in the HParams dashboard.
+
+    Each run holds the cell's stitched curves (one value a step; what a resumed
+    attempt superseded is left out), its cfg as hparams (nested keys dotted), and
+    best/<metric> for the sweep's metric. DIR is replaced whole: it must be new,
+    empty, or an earlier export of sweepq's. View with `tensorboard --logdir DIR`.
+    """
+    try:
+        from sweepq.history import tensorboard as tb
+    except ImportError as e:
+        raise UsageError("sweepq export tensorboard needs tensorboard: pip install 'sweepq[tensorboard]'") from e
+    with reading(spec, root) as store:
+        target = _replaceable(Path(dest))
+        chosen = select_cells(store.cells(), cells) if cells else store.cells()
+        cfgs = {c.id: c.cfg for c in chosen}
+        metric = store.settings().metric
+        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        try:
+            tmp.mkdir()
+            runs = (tb.CellRun(h, cfgs[h.cell]) for h in _warned(store.root, stitched_all(store, list(cfgs))))
+            points = tb.write_runs(tmp, runs, metric.name if metric else None, metric.goal if metric else "max")
+            (tmp / MARK).write_text("written by sweepq export tensorboard: replaced whole by the next export\n")
+            _swap(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    click.echo(f"wrote {points} points of {len(cfgs)} cells to {target}: view with tensorboard --logdir {target}")
+
+
+def _warned(root: Path, histories: Iterable[CellHistory]) -> Iterator[CellHistory]:
+    for h in histories:
+        for attempt, n in h.damaged.items():
+            click.echo(f"warning: {CellPaths(root, h.cell).metrics(attempt)}: {n} unreadable line(s) skipped", err=True)
+        yield h
+
+
+def _replaceable(dest: Path) -> Path:
+    """DIR when it may be replaced whole (new, empty, or sweepq's export); its parent created."""
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest} is a file: sweepq export tensorboard writes a folder of runs, name a folder")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / MARK).is_file():
+        raise UsageError(
+            f"{dest} holds files sweepq did not write: sweepq export tensorboard replaces its whole folder, so it "
+            "writes only into a new or empty folder, or one it exported to before. Name another folder."
+        )
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(
+            f"cannot create the folder {dest.parent}: {e.strerror}. Name a folder this user may write"
+        ) from e
+    if not os.access(dest.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write into {dest.parent}: permission denied. Name a folder this user may write")
+    return dest
+
+
+def _swap(new: Path, dest: Path) -> None:
+    """`new` renamed to `dest`; an earlier export moved aside first and removed after."""
+    old = new.with_name(new.name + ".old")
+    if dest.is_dir() and any(dest.iterdir()):
+        os.rename(dest, old)
+    os.replace(new, dest)  # onto nothing, or onto an empty folder
+    fsync_dir(dest.parent)
+    shutil.rmtree(old, ignore_errors=True)
