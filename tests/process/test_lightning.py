@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from conftest import HERE, cli, db_rows, start, tree, wait_for, write
+from conftest import HERE, cli, cli_json, db_rows, start, tree, wait_for, write
 
 SCRIPT = HERE / "programs" / "lightning_script.py"
 # Attempt 1 waits after step 12 (killed -9 there), attempt 2 after step 13 (SIGTERM); 8 batches an
@@ -67,13 +67,15 @@ def test_a_lightning_script_resumes_from_verified_checkpoints_and_never_complete
     first = held(1, "12 (train)")
     assert steps(cell) == [5, 10]
 
-    def progress() -> tuple[str, ...] | None:  # the worker writes what the program reported once a second
-        shown = cli("status", str(root)).stdout
-        found = re.search(r"^1\.1 .* (\S+)/4 +(\d+)/32 .* (\S+) +1$", shown, re.MULTILINE)
-        return found.groups() if found and int(found.group(2)) >= 10 and "train_loss" in shown else None
+    def progress() -> tuple[float, int, float] | None:  # the worker writes what the program reported once a second
+        (row,) = cli_json("status", str(root))
+        if (row["step"] or 0) < 10 or "train_loss" not in row["metrics"]:
+            return None
+        assert row["total_steps"] == 32 and "train_loss" in cli("status", str(root)).stdout  # the table shows it too
+        return row["epoch"], row["step"], row["metrics"]["train_loss"]
 
     epochs, done, loss = wait_for(progress, what="status showing the progress up to the checkpoint of step 10")
-    assert int(done) <= 12 and 1.2 <= float(epochs) <= 1.5 and float(loss) > 0  # held steps' logs may be on the way
+    assert done <= 12 and 1.2 <= epochs <= 1.5 and loss > 0  # held steps' logs may be on the way
     kept_10 = manifest_sha(cell, 10)
     first.kill()
 
