@@ -15,7 +15,7 @@ import contextlib
 import csv
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import click
@@ -35,12 +35,23 @@ def export() -> None:
     """Write a sweep's results in formats other tools read (the root is only read)."""
 
 
+def _export_arguments(command: Callable[..., None]) -> Callable[..., None]:
+    """DIR, [SPEC_OR_ROOT], --root and --cell, as every export takes them."""
+    for option in reversed(
+        (
+            click.argument("dest", metavar="DIR", type=click.Path()),
+            click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]", type=click.Path()),
+            root_option,
+            click.option("--cell", "cells", multiple=True, help="Only these cells (id, group or pattern; repeatable)."),
+            friendly,
+        )
+    ):
+        command = option(command)
+    return command
+
+
 @export.command("csv")
-@click.argument("dest", metavar="DIR", type=click.Path())
-@click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]", type=click.Path())
-@root_option
-@click.option("--cell", "cells", multiple=True, help="Only these cells (id, group or pattern; repeatable).")
-@friendly
+@_export_arguments
 def csv_command(dest: str, spec: str | None, root: str | None, cells: tuple[str, ...]) -> None:
     """Write tidy CSVs into DIR: metrics.csv, attempts.csv, cells.csv.
 
@@ -127,11 +138,7 @@ MARK = ".sweepq-export"  # in a folder `export tensorboard` wrote: only such a f
 
 
 @export.command("tensorboard")
-@click.argument("dest", metavar="DIR", type=click.Path())
-@click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]", type=click.Path())
-@root_option
-@click.option("--cell", "cells", multiple=True, help="Only these cells (id, group or pattern; repeatable).")
-@friendly
+@_export_arguments
 def tensorboard_command(dest: str, spec: str | None, root: str | None, cells: tuple[str, ...]) -> None:
     """Write TensorBoard runs into DIR: one a cell (DIR/<cell>), with its cfg in the HParams dashboard.
 
