@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gc
 import hashlib
 import json
 import math
@@ -32,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 import torch
 import torch.nn.functional as F
+from benchlib import interleave, load, log  # bench/ is on sys.path: the scripts run from it
 from torch import nn
 
 import sweepq.execution.cadence as run_mod
@@ -53,10 +53,6 @@ MB = 1 << 20
 CELL = "1.1"
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
 SETTLE_IDLE_S = 0.5  # main sets 0.05 for the smoke run
 
 
@@ -74,27 +70,6 @@ def settle() -> None:
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
-
-
-def interleave(
-    methods: dict[str, Callable[[int], float]], rounds: int, what: str, warmup: int = 1
-) -> dict[str, list[float]]:
-    """Run each method once per round (the order alternates between rounds), after uncounted warm-up rounds.
-
-    A method returns the seconds it measured itself (so that set-up and clean-up stay untimed).
-    """
-    names = list(methods)
-    out: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds + warmup):
-        order = names if r % 2 == 0 else names[::-1]
-        for n in order:
-            gc.collect()
-            t = methods[n](r)
-            if r >= warmup:  # warm-up: caches, allocators, the page cache, the VM's second vCPU
-                out[n].append(t)
-        if r >= warmup:
-            log(f"{what} round {r - warmup + 1}/{rounds}: " + ", ".join(f"{n}={out[n][-1]:.4f}s" for n in names))
-    return out
 
 
 DISK_WARMUP = 3  # the first disk rounds of a process run slower on this VM, for every method
@@ -759,17 +734,6 @@ def fig_resume(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, Any]:
 
 
 FIGURES = ("write", "bookkeeping", "stall_mlp_sgd", "stall_mlp_adam", "stall_big", "end_to_end", "resume")
-
-
-def load() -> dict[str, Any]:
-    """How busy the machine was (other processes share these cores): load average, CPU pressure."""
-    out: dict[str, Any] = {"loadavg_1m": round(os.getloadavg()[0], 2)}
-    try:
-        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
-        out["cpu_pressure_some_avg60"] = float(some[2].split("=")[1])
-    except (OSError, IndexError, ValueError):
-        pass
-    return out
 
 
 def main() -> int:

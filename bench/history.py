@@ -41,7 +41,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 import torch
 import torch.nn.functional as F
+from benchlib import interleave, load, log  # bench/ is on sys.path: the scripts run from it
 from torch import nn
 
 from sweepq.execution.attempt_spec import AttemptSpec
@@ -64,41 +64,11 @@ BLOCK_SECONDS = 0.05
 MLPS = {"small": ((128, 256, 256, 10), 64), "reference": ((784, 512, 512, 10), 128)}
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def load() -> dict[str, Any]:
-    """How busy the machine was: load average, CPU pressure."""
-    out: dict[str, Any] = {"loadavg_1m": round(os.getloadavg()[0], 2)}
-    try:
-        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
-        out["cpu_pressure_some_avg60"] = float(some[2].split("=")[1])
-    except (OSError, IndexError, ValueError):
-        pass
-    return out
-
-
 def new_run(root: Path) -> Run:
     """A Run as a training process gets it (no checkpoint comes due: only logging is measured)."""
     policy = CheckpointPolicy(every_steps=10**9, auto=False)
     settings = Settings(name="b", form="grouped", spec_dir=".", train="m:f", checkpoint=policy).to_json()
     return Run(AttemptSpec(root=str(root), cell="1.1", attempt=1, cfg={}, cfg_hash="x", settings=settings))
-
-
-def interleave(methods: dict[str, Callable[[int], float]], rounds: int, what: str) -> dict[str, list[float]]:
-    """Each method once per round, the order alternating, after one uncounted warm-up round."""
-    names = list(methods)
-    out: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds + 1):
-        for n in names if r % 2 == 0 else names[::-1]:
-            gc.collect()
-            t = methods[n](r)
-            if r:
-                out[n].append(t)
-        if r:
-            log(f"{what} round {r}/{rounds}: " + ", ".join(f"{n}={out[n][-1]:.4f}s" for n in names))
-    return out
 
 
 # -- per call ---------------------------------------------------------------------------------------
