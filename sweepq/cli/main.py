@@ -1,6 +1,6 @@
 """The `sweepq` command: parse, call the domain, render. Read commands never write.
 
-Each command lives with its kind (run_commands, read_commands, log_commands, steer_commands,
+Each command lives with its kind (run_commands, read_commands, report_commands, log_commands, steer_commands,
 session_commands, repair_commands, export_commands, plot_commands); importing them registers them on
 the click group defined in app.py.
 """
@@ -11,6 +11,7 @@ from sweepq.cli import (
     plot_commands,
     read_commands,
     repair_commands,
+    report_commands,
     run_commands,
     session_commands,
     steer_commands,
@@ -24,6 +25,7 @@ __all__ = [
     "plot_commands",
     "read_commands",
     "repair_commands",
+    "report_commands",
     "run_commands",
     "session_commands",
     "steer_commands",

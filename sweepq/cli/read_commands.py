@@ -221,26 +221,6 @@ def attempts(spec: str | None, root: str | None, cells: tuple[str, ...], reason:
 @place_argument
 @root_option
 @json_option
-@friendly
-def report(spec: str | None, root: str | None, as_json: bool) -> None:
-    """Where the hours went: attempts, wall and GPU hours, and steps lost, per termination reason.
-
-    SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
-    """
-    from sweepq.cli.report import by_reason
-
-    with reading(spec, root) as store:
-        rows = by_reason(store.attempts())
-        if as_json:
-            print_json(rows)
-        else:
-            out().print(render.report_table(rows))
-
-
-@main.command()
-@place_argument
-@root_option
-@json_option
 @click.option("--top", default=3, show_default=True, help="How many winners to rank.")
 @all_params_option
 @friendly
