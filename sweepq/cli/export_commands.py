@@ -1,5 +1,5 @@
-"""Export commands: `sweepq export csv DIR`, `sweepq export tensorboard DIR`. They read like read commands
-(never write into the root).
+"""Export commands: `sweepq export csv DIR`, `sweepq export tensorboard DIR`, `sweepq export mlflow`. They read
+like read commands (never write into the root).
 
 What they read is committed: the queue through a read-only connection, and each
 attempt's metrics.jsonl up to its last whole line. Each file is written beside
@@ -7,6 +7,8 @@ its final name and renamed over it only once every file is written, so an export
 either replaces all its files or none, and exporting the same sweep again gives
 the same bytes. The TensorBoard export owns its whole folder (a run a cell): it is
 written beside DIR and renamed into place, replacing an export sweepq wrote before.
+The MLflow export writes through MLflow's client and rewrites only the runs whose
+content changed (history/mlflow.py says how).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,8 +29,11 @@ from sweepq.errors import UsageError
 from sweepq.history import tables
 from sweepq.history.read import stitched_all
 from sweepq.history.records import CellHistory
-from sweepq.layout import CellPaths
+from sweepq.layout import CellPaths, RootPaths
 from sweepq.spec.sweep import select_cells
+
+if TYPE_CHECKING:
+    from sweepq.history.mlflow_runs import RunContent
 
 
 @main.group()
@@ -36,10 +42,14 @@ def export() -> None:
 
 
 def _export_arguments(command: Callable[..., None]) -> Callable[..., None]:
-    """DIR, [SPEC_OR_ROOT], --root and --cell, as every export takes them."""
+    """DIR, then the sweep's arguments: the exports that write files."""
+    return click.argument("dest", metavar="DIR", type=click.Path())(_sweep_arguments(command))
+
+
+def _sweep_arguments(command: Callable[..., None]) -> Callable[..., None]:
+    """[SPEC_OR_ROOT], --root and --cell, as every export takes them."""
     for option in reversed(
         (
-            click.argument("dest", metavar="DIR", type=click.Path()),
             click.argument("spec", required=False, metavar="[SPEC_OR_ROOT]", type=click.Path()),
             root_option,
             click.option("--cell", "cells", multiple=True, help="Only these cells (id, group or pattern; repeatable)."),
@@ -203,3 +213,93 @@ def _swap(new: Path, dest: Path) -> None:
     os.replace(new, dest)  # onto nothing, or onto an empty folder
     fsync_dir(dest.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@export.command("mlflow")
+@click.option(
+    "--tracking-uri",
+    metavar="URI",
+    envvar="MLFLOW_TRACKING_URI",
+    default="sqlite:///mlflow.db",
+    show_default=True,
+    help="The MLflow store: sqlite:///PATH.db or a tracking server's http(s):// address (or $MLFLOW_TRACKING_URI).",
+)
+@click.option(
+    "--experiment", metavar="NAME", help="The MLflow experiment (created if missing); default: the sweep's name."
+)
+@_sweep_arguments
+def mlflow_command(
+    spec: str | None, root: str | None, cells: tuple[str, ...], tracking_uri: str, experiment: str | None
+) -> None:
+    """Write the sweep to MLflow: a parent run named after the sweep, a child run a cell.
+
+    Each child holds its cell's cfg as params (nested keys dotted), its stitched
+    curves as metrics (each kept point at its step and time; what a resumed attempt
+    superseded is not logged, and the tags sweepq.lost_values and sweepq.lost say how
+    much and why), and tags: sweepq.cell, sweepq.group, sweepq.state, sweepq.attempts,
+    sweepq.reasons (each attempt's termination reason). Run status: done -> FINISHED,
+    failed -> FAILED, cancelled or interrupted -> KILLED, running -> RUNNING, queued ->
+    SCHEDULED. Run it again at will: only the cells that changed are written again,
+    nothing is doubled. The default store is MLflow's own default, mlflow.db in the
+    current folder.
+    """
+    try:
+        from sweepq.history import mlflow as mf
+        from sweepq.history.mlflow_runs import cell_run, sweep_run
+    except ImportError as e:
+        raise UsageError("sweepq export mlflow needs MLflow: pip install 'sweepq[mlflow]'") from e
+    if experiment == "":
+        raise UsageError("--experiment needs a name: give one, or leave the option out for the sweep's name")
+    uri = mf.absolute(tracking_uri)
+    with reading(spec, root) as store:
+        _not_the_queue(mf.sqlite_file(uri), store.root)
+        chosen = select_cells(store.cells(), cells) if cells else store.cells()
+        name = store.settings().name
+        client, experiment_id = mf.connect(uri, experiment or name)
+        attempts = store.attempts()
+        by_cell = {c.id: [a for a in attempts if a.cell == c.id] for c in chosen}
+        records = {c.id: c for c in chosen}
+        left_out: dict[tuple[str, str], list[str]] = {}
+
+        def runs() -> Iterator[RunContent]:
+            for h in _warned(store.root, stitched_all(store, list(records))):
+                run = cell_run(records[h.cell], h, by_cell[h.cell])
+                for what in run.left_out:
+                    left_out.setdefault(what, []).append(h.cell)
+                yield run
+
+        sweep = sweep_run(name, store.root.resolve(), store.cells(), attempts)
+        done = mf.write(client, experiment_id, sweep, runs())
+    for (what, why), where in left_out.items():
+        click.echo(
+            f"warning: {what} is not in MLflow for {_cells(where)}: {why} (the tag sweepq.left_out says so)", err=True
+        )
+    click.echo(
+        f"exported {done.points} points of {len(chosen)} cells to the MLflow experiment {experiment or name!r} in "
+        f"{uri}: {done.written} run{'s' * (done.written != 1)} written, {done.unchanged} unchanged (the sweep's run: "
+        f"{done.parent})"
+    )
+    if uri.startswith(("http://", "https://")):
+        click.echo(f"view at {uri.rstrip('/')}/#/experiments/{experiment_id}")
+    else:
+        click.echo(
+            f"view with: mlflow ui --backend-store-uri {uri}   (the UI needs the full package: pip install mlflow)"
+        )
+
+
+def _not_the_queue(target: Path | None, root: Path) -> None:
+    """MLflow's store must not be the root's own queue (MLflow would migrate its own tables into it)."""
+    queue = RootPaths(root).db
+    if target is not None and target.exists() and queue.exists() and target.samefile(queue):
+        raise UsageError(
+            f"{target} is this sweep's queue: sweepq export mlflow writes MLflow's runs into a database of their "
+            "own. Name another file, e.g. --tracking-uri sqlite:///mlflow.db"
+        )
+
+
+def _cells(ids: list[str]) -> str:
+    return (
+        f"cell {ids[0]}"
+        if len(ids) == 1
+        else f"{len(ids)} cells ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
+    )

@@ -1,0 +1,206 @@
+"""What each MLflow run of a sweep holds: the sweep's parent run and one child run a cell (pure, no MLflow).
+
+A cell's run: its cfg as params (nested keys dotted, strings as they are, every
+other value as JSON), its stitched curves as metrics (each kept point at its step
+and wall time, in milliseconds as MLflow counts them), and tags: the cell, its
+group, state, attempts and their termination reasons, and how many logged values
+are not on the curves and why (a lost tail: logged after the step a later attempt
+resumed from; a repeated value: another is at that step). Those values are not
+logged as metrics: MLflow would draw them on the same curve.
+
+MLflow's status says where the run stands: done -> FINISHED, failed -> FAILED,
+cancelled and interrupted (stopped, to be resumed) -> KILLED, running -> RUNNING,
+queued -> SCHEDULED.
+
+What MLflow cannot hold is left out by name rather than failing the export (a
+key with characters its names refuse, over 250 characters, a param value over
+6000): `left_out` says what and why, and the run's `sweepq.left_out` tag names it.
+The `digest` of a run is what an export compares to decide whether a run it
+wrote before is still right.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sweepq.history.records import CellHistory, Status
+from sweepq.history.tables import flat
+
+if TYPE_CHECKING:
+    from sweepq.queue.records import AttemptRecord, CellRecord
+
+FORMAT = "sweepq-mlflow/1"  # part of every digest: a change of what a run holds rewrites every run
+MAX_KEY = 250  # MLflow's limits (mlflow.utils.validation), checked here so that nothing is cut silently
+MAX_PARAM = 6000
+MAX_TAG = 8000
+_NAME = re.compile(r"^[/\w.\- :]*$")  # what MLflow accepts in a param, metric or tag name
+
+STATUS = {
+    "done": "FINISHED",
+    "failed": "FAILED",
+    "cancelled": "KILLED",
+    "interrupted": "KILLED",
+    "running": "RUNNING",
+    "queued": "SCHEDULED",
+}
+TERMINATED = frozenset({"FINISHED", "FAILED", "KILLED"})
+
+KIND, CELL, SWEEP, ROOT, DIGEST = "sweepq.kind", "sweepq.cell", "sweepq.sweep", "sweepq.root", "sweepq.digest"
+
+
+@dataclass(frozen=True)
+class RunContent:
+    """One MLflow run as sweepq writes it. `metrics`: (name, value, timestamp in ms, step)."""
+
+    name: str
+    tags: dict[str, str]
+    status: str
+    start_time: int | None
+    end_time: int | None
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: list[tuple[str, float, int, int]] = field(default_factory=list)
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (what, why) MLflow could not hold
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        head = [FORMAT, self.name, self.tags, self.status, self.start_time, self.end_time, self.params]
+        h.update(json.dumps(head, sort_keys=True).encode())
+        for m in self.metrics:
+            h.update(repr(m).encode())
+        return h.hexdigest()
+
+
+def cell_run(cell: CellRecord, history: CellHistory, attempts: list[AttemptRecord]) -> RunContent:
+    """The child run of `cell` (its stitched `history`, its `attempts` in order)."""
+    left_out: list[tuple[str, str]] = []
+    params = {}
+    for dotted, value in flat(cell.cfg, "cfg").items():
+        key, text = dotted.removeprefix("cfg."), value if isinstance(value, str) else _json(value)
+        if why := refusal(key) or _too_long(text):
+            left_out.append((f"cfg key {key!r}", why))
+        else:
+            params[key] = text
+    metrics = []
+    for name, series in history.series.items():
+        if not series.points:  # every value superseded: nothing to log, nothing left out
+            continue
+        if why := refusal(name):
+            left_out.append((f"metric {name!r}", why))
+            continue
+        metrics += [(name, p.value, ms(p.time), p.step) for p in series.points]
+    state = str(cell.state)
+    tags = {
+        KIND: "cell",
+        CELL: cell.id,
+        "sweepq.group": cell.group_name,
+        "sweepq.state": state,
+        "sweepq.attempts": str(len(attempts)),
+        "sweepq.reasons": ", ".join(f"{a.number}: {a.reason or 'running'}" for a in attempts),
+        **_off_curve(history),
+    }
+    if left_out:
+        tags["sweepq.left_out"] = clip("; ".join(f"{what}: {why}" for what, why in left_out))
+    status = STATUS.get(state, "RUNNING")
+    start = min((ms(a.started_at.timestamp()) for a in attempts), default=None)
+    return RunContent(cell.id, tags, status, start, _end(cell, attempts, status), params, metrics, left_out)
+
+
+def sweep_run(name: str, root: Path, cells: list[CellRecord], attempts: Iterable[AttemptRecord]) -> RunContent:
+    """The parent run: the sweep, found again by its name and root; its status from every cell's."""
+    states = [str(c.state) for c in cells]
+    counts = {s: states.count(s) for s in dict.fromkeys(states)}
+    started = [ms(a.started_at.timestamp()) for a in attempts]
+    ended = [ms(c.finished_at.timestamp()) for c in cells if c.finished_at is not None]
+    over = all(s in ("done", "failed", "cancelled") for s in states)
+    status = (
+        ("FAILED" if "failed" in counts else "KILLED" if "cancelled" in counts else "FINISHED") if over else "RUNNING"
+    )
+    tags = {
+        KIND: "sweep",
+        SWEEP: name,
+        ROOT: str(root),
+        "sweepq.cells": str(len(cells)),
+        "sweepq.states": ", ".join(f"{s}: {n}" for s, n in counts.items()),
+    }
+    end = max(ended, default=None) if over else None
+    return RunContent(name, tags, status, min(started, default=None), end)
+
+
+def refusal(name: str) -> str | None:
+    """Why MLflow would refuse `name` as a param, metric or tag name; None when it takes it."""
+    if not _NAME.match(name):
+        return "MLflow names hold only letters, digits, spaces and _ - . : /"
+    norm = posixpath.normpath(name)
+    if norm != name or norm == "." or norm.startswith(("..", "/")):
+        return "MLflow refuses names that read as another path (empty, '//', '..', a leading or trailing '/')"
+    if len(name) > MAX_KEY:
+        return f"a name of {len(name)} characters (MLflow: at most {MAX_KEY})"
+    return None
+
+
+def _too_long(value: str) -> str | None:
+    return f"a value of {len(value)} characters (MLflow: at most {MAX_PARAM})" if len(value) > MAX_PARAM else None
+
+
+def ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def clip(text: str) -> str:
+    """A tag value within MLflow's limit (a long list cut, saying so)."""
+    return text if len(text) <= MAX_TAG else text[: MAX_TAG - 20] + " ... (cut)"
+
+
+def _json(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _end(cell: CellRecord, attempts: list[AttemptRecord], status: str) -> int | None:
+    if status not in TERMINATED:
+        return None
+    ended = [a.ended_at for a in attempts if a.ended_at is not None]
+    t: datetime | None = cell.finished_at or max(ended, default=None)
+    return ms(t.timestamp()) if t is not None else None
+
+
+def _off_curve(history: CellHistory) -> dict[str, str]:
+    """Tags saying what was logged but is not on the curves, and why (absent when nothing)."""
+    tags: dict[str, str] = {}
+    logged = sorted({p.attempt for _, p, _, _ in history.every_value()})
+    resumed = {a.number: a.start_step if a.resumed else None for a in history.attempts}
+    by_attempt: dict[int, list[int]] = {}
+    for tail in history.lost:
+        by_attempt.setdefault(tail.attempt, []).extend(p.step for p in tail.points)
+    if by_attempt:
+        tags["sweepq.lost_values"] = str(sum(len(s) for s in by_attempt.values()))
+        tags["sweepq.lost"] = clip(
+            "; ".join(_lost_words(a, steps, history, logged, resumed) for a, steps in by_attempt.items())
+        )
+    repeated = sum(1 for _, _, status, _ in history.every_value() if status is Status.REPEATED)
+    if repeated:
+        tags["sweepq.repeated_values"] = str(repeated)
+    return tags
+
+
+def _lost_words(
+    attempt: int, steps: list[int], history: CellHistory, logged: list[int], resumed: dict[int, int | None]
+) -> str:
+    """`attempt 1 (lost): 2 values at steps 6-7 not logged: attempt 2 resumed from step 5`."""
+    reason = next((a.reason for a in history.attempts if a.number == attempt), None) or "running"
+    later = next((n for n in logged if n > attempt), None)
+    if later is None:
+        how = "a later attempt superseded them"
+    elif resumed.get(later) is None:
+        how = f"attempt {later} started from scratch"
+    else:
+        how = f"attempt {later} resumed from step {resumed[later]}"
+    return f"attempt {attempt} ({reason}): {len(steps)} values at steps {min(steps)}-{max(steps)} not logged: {how}"
