@@ -30,12 +30,20 @@ $(WANDB_STAMP): $(WANDB_PINS)
 
 wandb-engine: $(WANDB_STAMP)
 
+# Headless Chromium loads the HTML report in its test (tests/process/test_html_report.py): Debian's
+# `chromium`, installed only where it is missing (CI machines are clean and run as root).
+CHROMIUM_STAMP := $(VENV)/.chromium
+
+$(CHROMIUM_STAMP): $(STAMP)
+	command -v chromium || (export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium))
+	touch $(CHROMIUM_STAMP)
+
 run: $(STAMP)
 	$(BIN)/sweepq launch sweeps/llm-analysis.yaml
 
 # Two test processes (pytest-xdist), each taking whole files: the process tests spend much of
 # their time waiting on the sweeps they start, so two at once nearly halve the wall time.
-test: $(STAMP) $(WANDB_STAMP)
+test: $(STAMP) $(WANDB_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/pytest -q -ra -n 2 --dist loadfile; code=$$?; if [ $$code -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$code
 
 # The in-process core (tests/unit) and the quick integration tests: a loop of under a minute.

@@ -1,0 +1,68 @@
+"""What the HTML report shows, read once: the queue through a read-only store, each attempt's history file.
+
+Read like every read command: committed rows, and each metrics.jsonl up to its last
+whole line. The histories are read one cell at a time and reduced at once
+(charts.py), so a sweep of 10,000 cells costs the memory of its charts, not of its
+history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sweepq.cli.report import by_reason
+from sweepq.history.read import stitched_all
+from sweepq.history.records import CellHistory
+from sweepq.html.charts import MANY, Charts, collect
+from sweepq.queue.records import AttemptRecord, CellRecord
+from sweepq.queue.store import Store
+from sweepq.spec.sweep import Settings
+from sweepq.version import __version__
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the page's sections read (each section is a function of this)."""
+
+    settings: Settings
+    root: Path
+    written: datetime
+    cells: list[CellRecord]  # in the sweep's order; a cell's place is its colour
+    attempts: list[AttemptRecord]
+    reasons: list[dict[str, Any]]  # report.by_reason: attempts and hours per termination reason
+    charts: Charts
+    damaged: dict[tuple[str, int], int] = field(default_factory=dict)  # (cell, attempt) -> unreadable lines
+    version: str = __version__
+
+    @property
+    def metric_name(self) -> str | None:
+        return self.settings.metric.name if self.settings.metric else None
+
+
+def gather(store: Store, many: int = MANY, now: datetime | None = None) -> Report:
+    """The report of the sweep in `store` (`many`: above this many cells, charts show the best and a band)."""
+    cells = store.cells()
+    attempts = store.attempts()
+    settings = store.settings()
+    damaged: dict[tuple[str, int], int] = {}
+
+    def histories() -> Iterator[CellHistory]:
+        for h in stitched_all(store, [c.id for c in cells]):
+            damaged.update(((h.cell, a), n) for a, n in h.damaged.items())
+            yield h
+
+    charts = collect(histories(), cells, settings.metric, many)
+    return Report(
+        settings=settings,
+        root=store.root,
+        written=now or datetime.now(UTC),
+        cells=cells,
+        attempts=attempts,
+        reasons=by_reason(attempts),
+        charts=charts,
+        damaged=damaged,
+    )
