@@ -19,15 +19,15 @@ from sweepq.atomic import atomic_write_bytes
 from sweepq.errors import UsageError
 from sweepq.html import sections
 from sweepq.html.gather import Report
+from sweepq.html.grid_section import grid
 from sweepq.html.svg import PALETTE, lighter
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 SUFFIXES = (".html", ".htm")
 
 Section = Callable[[Report], str]
-#: The page, top to bottom: each a function of the report returning HTML. A section of its own (the grid
-#: analysis) goes in this list where it belongs to be read: after the curves, before the hours.
-SECTIONS: list[Section] = [sections.header, sections.status, sections.curves, sections.hours, sections.failed]
+#: The page, top to bottom: each a function of the report returning HTML.
+SECTIONS: list[Section] = [sections.header, sections.status, sections.curves, grid, sections.hours, sections.failed]
 
 _COLOURS = "".join(
     f".p{i}{{stroke:{c};background:{c}}}circle.p{i}{{fill:{c}}}.q{i}{{stroke:{lighter(c)}}}"
@@ -49,7 +49,7 @@ STYLE = (
     ".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:14px}"
     "figure{margin:0;border:1px solid #e3e3e3;padding:8px}figcaption{font-size:13px;margin-bottom:4px}"
     ".legend{font-size:12px;margin:4px 0 0}.legend i{margin-left:10px}"
-    "svg{width:100%;height:auto;display:block}"
+    "svg{width:100%;height:auto;display:block}figure.pc{max-width:900px;margin-top:8px}"
     ".ax path{fill:none;stroke:#999}.ax path.g{stroke:#eee}"
     ".ax text{font-size:11px;fill:#555;text-anchor:middle}.ax text.y,.ax text.r{text-anchor:end}"
     "path.c,path.t,path.k{fill:none;stroke-linecap:round;stroke-linejoin:round}"

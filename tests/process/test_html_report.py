@@ -161,7 +161,8 @@ class Dom(HTMLParser):
         super().__init__()
         self.title = ""
         self.rows: list[list[str]] = []
-        self.charts: list[list[dict[str, str]]] = []  # per <svg>: its <path>s' attributes
+        self.charts: list[list[dict[str, str]]] = []  # per <svg> of the curves: its <path>s' attributes
+        self.grid_lines: list[str] = []  # the parallel coordinates' lines: each <polyline>'s cell (its title)
         self.failures: list[list[str]] = []
         self.tags: list[str] = []
         self._tables: list[str] = []  # the open tables' ids
@@ -180,10 +181,12 @@ class Dom(HTMLParser):
             self._row = []
         elif tag == "td" and self._row is not None:
             self._row.append("")
-        elif tag == "svg":
+        elif tag == "svg" and self._section == "curves":
             self.charts.append([])
-        elif tag == "path" and self.charts:
+        elif tag == "path" and self.charts and self._section == "curves":
             self.charts[-1].append(a)
+        elif tag == "polyline" and self._section == "grid":
+            self.grid_lines.append("")
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("tr", "tbody", "table"):
@@ -203,6 +206,8 @@ class Dom(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._row:
             self._row[-1] += data
+        elif self.grid_lines and self.tags[-1] == "title" and not self.grid_lines[-1]:
+            self.grid_lines[-1] = data.split(":")[0]
         elif self.tags and self.tags[-1] == "title" and not self.title:
             self.title = data
 
@@ -269,6 +274,8 @@ def test_the_report_renders_in_chromium_with_every_cell_and_no_request(tmp_path:
     for paths in seen.charts:
         assert curves_of(paths) == ["1.1", "1.2", "1.3"]
         assert [kind(p) for p in paths].count("t") == 1  # the only lost tail: 1.1's first attempt
+    # what matters: the parallel coordinates draw a line per cell with a result (1.3 failed, 1.4 has none)
+    assert sorted(seen.grid_lines) == ["1.1", "1.2"]
     assert seen.failures == [
         [
             "1.3",
