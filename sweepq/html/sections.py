@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepq.cli import failures, params
-from sweepq.cli.render import fmt_num, fmt_step, metric_of
+from sweepq.cli.render import fmt_num, fmt_step, metric_of, shown_path
 from sweepq.html.charts import MANY, Chart
 from sweepq.html.gather import Report
 from sweepq.html.svg import chart_svg, colour_class
@@ -39,7 +39,7 @@ def header(r: Report) -> str:
     written = r.written.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
     out = [
         f"<header><h1>{e(r.settings.name)}</h1>",
-        f"<p>root <code>{e(r.root)}</code> · written {e(written)} by sweepq {e(r.version)}</p>",
+        f"<p>root <code>{e(shown_path(r.root))}</code> · written {e(written)} by sweepq {e(r.version)}</p>",
         f"<p><b>{len(r.cells)}</b> cells: {states or 'none'}</p>",
         f"<p><b>{wall:.2f}</b> wall hours and <b>{gpu:.2f}</b> GPU hours in <b>{len(r.attempts)}</b> attempts</p>",
     ]
