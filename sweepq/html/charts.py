@@ -5,8 +5,8 @@ memory): each curve is cut to its share of the chart's points at once. Up to MAN
 cells, every cell that logged a metric gets a line (solid where kept, its lost
 tails beside it, its checkpoints and its best point); beyond, a line each for the
 TOP cells only, and over all of them the median and the 10-90 % band, from each
-curve cut to SUMMARY_POINTS points. Charts go to the metrics most cells logged,
-MAX_CHARTS at most.
+curve cut to SUMMARY_POINTS points. Charts go to the sweep's metric, then to the
+metrics most cells logged, MAX_CHARTS at most.
 """
 
 from __future__ import annotations
@@ -167,7 +167,10 @@ class _Collector:
         )
 
     def charts(self) -> Charts:
-        ordered = sorted(self.counts, key=lambda n: -self.counts[n])  # stable: of as many cells, first logged first
+        # the sweep's metric first (what the sweep is judged by), then by how many cells logged each (stable:
+        # of as many cells, first logged first)
+        first = self.metric.name if self.metric is not None else None
+        ordered = sorted(self.counts, key=lambda n: (n != first, -self.counts[n]))
         made = []
         for name in ordered[:MAX_CHARTS]:
             if not self.summary:
