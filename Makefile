@@ -59,6 +59,7 @@ check: $(STAMP)
 bench: $(STAMP)
 	@$(BIN)/python bench/checkpoint.py $(BENCH_ARGS)
 	@$(BIN)/python bench/history.py $(BENCH_ARGS)
+	@$(BIN)/python bench/claims.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(WANDB_VENV) build dist *.egg-info runs

@@ -16,7 +16,7 @@ sweepq's own choice (may change between versions):
     <root>/attic/<cell>/<stamp>/                  what `sweepq reset` moved aside
     <root>/launch.log                             a launch's output once its terminal went away (and
                                                   all of a `launch --detach`)
-    <root>/.sweepq/                               root-wide locks (migrate.lock, launch.lock with who
+    <root>/.sweepq/                               root-wide locks (migrate.lock, claim.lock, launch.lock with who
                                                   holds it in launch.json) and worker logs (logs/)
 
 Only sweepq/queue/database.py turns `RootPaths.db` into a database URL: where
@@ -109,6 +109,7 @@ class RootPaths:
     db = _Within("root", DB_NAME)
     private = _Within("root", ".sweepq")
     migrate_lock = _Within("private", "migrate.lock")
+    claim_lock = _Within("private", "claim.lock")  # claimers of the root's SQLite file queue on it
     launch_lock = _Within("private", "launch.lock")  # held by the root's live launch, if any
     launch_info = _Within("private", "launch.json")  # who holds launch_lock (pid, host, log)
     launch_log = _Within("root", "launch.log")

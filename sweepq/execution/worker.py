@@ -100,15 +100,8 @@ class Worker:
 
     def _claim_next(self) -> tuple[Claim, liveness.Ownership] | None:
         assert self.store is not None
-        for cell in self.store.claimable():
-            owner = self.owners.take(cell)  # before the claim: see liveness.py
-            if owner is None:
-                continue  # a live process owns it (its state will catch up)
-            claim = self.store.claim(cell, self.info)
-            if claim is not None:
-                return claim, owner
-            owner.release()
-        return None
+        # The ownership is taken inside the claim's transaction, before its commit (queue/claiming.py).
+        return self.store.claim_next(self.info, self.owners.take)
 
     # -- one attempt ---------------------------------------------------------------
 

@@ -4,6 +4,9 @@ Also the repairs that make the database agree with the disk when a process
 died before telling it (DONE.json wins). State changes are guarded in SQL
 (`UPDATE ... WHERE state IN (...)`): a row count of zero is a lost race or an
 illegal transition, never a silent overwrite.
+
+Claims themselves (the verbs `claim_next` and `claim`) are claiming.py's: one
+statement picks and takes the next cell, its ownership taken before the commit.
 """
 
 from __future__ import annotations
@@ -17,59 +20,15 @@ from sqlalchemy.orm import Session
 
 from sweepq.errors import IllegalTransition
 from sweepq.queue import states
+from sweepq.queue.claiming import StoreClaiming
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow
-from sweepq.queue.reads import retry_due
-from sweepq.queue.records import Claim, Outcome, WorkerInfo
+from sweepq.queue.records import Outcome
 from sweepq.queue.rows import json_safe
 from sweepq.queue.states import CellState, CheckpointState, Reason
-from sweepq.queue.transactions import StoreBase, rowcount
+from sweepq.queue.transactions import rowcount
 
 
-class StoreClaims(StoreBase):
-    def claim(self, cell_id: str, worker: WorkerInfo) -> Claim | None:
-        """Move a claimable cell to running and open its next attempt; None if we lost.
-
-        The caller already holds the cell's file lock; the guarded UPDATE's row
-        count is the proof that no other worker claimed it first.
-        """
-        now = self.clock()
-        with self._write() as s:
-            res = s.execute(
-                update(CellRow)
-                .where(
-                    CellRow.id == cell_id,
-                    CellRow.state.in_([str(x) for x in states.sources_of(CellState.RUNNING)]),
-                    CellRow.removed.is_(False),
-                    retry_due(now),
-                )
-                .values(
-                    state=CellState.RUNNING,
-                    attempts=CellRow.attempts + 1,
-                    retry_after=None,
-                    updated_at=now,
-                )
-            )
-            if rowcount(res) != 1:
-                return None
-            row = s.get(CellRow, cell_id)
-            assert row is not None
-            s.refresh(row)
-            nan_step, row.nan_step = row.nan_step, None  # the rollback is this attempt's alone
-            s.add(
-                AttemptRow(
-                    cell_id=cell_id,
-                    number=row.attempts,
-                    worker=worker.worker,
-                    host=worker.host,
-                    worker_pid=worker.pid,
-                    started_at=now,
-                    start_step=0,
-                    nan_step=nan_step,
-                    gpus=[],
-                )
-            )
-            return Claim(cell_id, row.attempts, row.cfg, nan_step, row.last_reason)
-
+class StoreClaims(StoreClaiming):
     def attempt_started(self, cell: str, number: int, **fields: Any) -> None:
         """Fill in what the training process learned at start (pid, resume step, env)."""
         allowed = {

@@ -61,7 +61,9 @@ class CellRow(Base):
     __tablename__ = "cells"
     __table_args__ = (
         Index("ix_cells_order", "group_number", "index"),
-        Index("ix_cells_state", "state"),
+        # The claim's pick (reads.claim_pick) is a seek on (state, removed) walked in claim
+        # order, not a scan and a sort; queries of one state use its prefix.
+        Index("ix_cells_claim", "state", "removed", "group_number", "index"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "G.I"

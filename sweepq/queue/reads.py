@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import BindParameter, ColumnElement, FromClause, Select, Table, bindparam, func, or_, select
 
 from sweepq.errors import UsageError
 from sweepq.queue import states
-from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
+from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow, UTCDateTime
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.queue.rows import attempt_record, cell_record, checkpoint_record, event_record
 from sweepq.queue.states import CellState
@@ -21,8 +21,17 @@ from sweepq.spec.sweep import Settings
 STALL_SECONDS = 120.0
 ENV_STALL_SECONDS = "SWEEPQ_STALL_SECONDS"  # overrides STALL_SECONDS (for the reader: `status`)
 
+# The claim's statements are Core, built once and run with parameters: building an ORM
+# statement costs more than SQLite's whole claim.
+CELLS = cast(Table, CellRow.__table__)
 
-def retry_due(now: datetime) -> ColumnElement[bool]:
+
+def now_param() -> BindParameter[datetime]:
+    """The claim statements' `:now`, given when they run."""
+    return bindparam("now", type_=UTCDateTime())
+
+
+def retry_due(now: datetime | BindParameter[datetime], cells: FromClause = CELLS) -> ColumnElement[bool]:
     """A cell's back-off is over: it has none, its time came, or the clock went back since it began.
 
     `finish` writes `updated_at` with `retry_after`; a later write of the row only
@@ -30,7 +39,42 @@ def retry_due(now: datetime) -> ColumnElement[bool]:
     machine's runs behind): the wait is over at once. So no cell ever waits longer
     than the back-off it was given, whatever happens to the wall clock meanwhile.
     """
-    return or_(CellRow.retry_after.is_(None), CellRow.retry_after <= now, CellRow.updated_at > now)
+    c = cells.c
+    return or_(c.retry_after.is_(None), c.retry_after <= now, c.updated_at > now)
+
+
+def claim_order(state: str, cells: FromClause = CELLS, skip: tuple[str, ...] = ()) -> Select[Any]:
+    """The ids of the cells in `state` that may be claimed at `:now`, in cell order (group, then index).
+
+    Passed over: cells removed from the sweep, in their retry back-off, or in
+    `skip`. With ix_cells_claim this is a seek on (state, removed)
+    walked in order: a LIMIT reads only the rows in front of it, whatever the
+    sweep's size (tests/unit/test_claims.py reads the query plan).
+    """
+    c = cells.c
+    return (
+        select(c.id)
+        .where(
+            c.state == state,
+            c.removed.is_(False),
+            retry_due(now_param(), cells),
+            *(c.id != cell for cell in skip),
+        )
+        .order_by(c.group_number, c.index)
+    )
+
+
+def claim_pick(skip: tuple[str, ...] = ()) -> ColumnElement[Any]:
+    """The id of the next cell to claim at `:now`, as one SQL expression (NULL when there is none).
+
+    Claim order is interrupted cells first, then queued ones, each in cell order:
+    one LIMIT 1 seek per claimable state, the first that finds a cell wins
+    (COALESCE evaluates its arguments in order). Over an alias of the table, so
+    that it can sit inside an UPDATE of `cells` (claiming.py).
+    """
+    pick = CELLS.alias("pick")
+    firsts = [claim_order(str(st), pick, skip).limit(1).scalar_subquery() for st in states.CLAIMABLE]
+    return func.coalesce(*firsts)
 
 
 def stall_floor() -> float:
@@ -93,22 +137,21 @@ class StoreReads(StoreBase):
                 q = q.where(EventRow.cell_id == cell)
             return [event_record(r) for r in s.scalars(q)]
 
-    def claimable(self) -> list[str]:
-        """Cell ids a worker may claim now, in claim order: interrupted first, then queued."""
-        now = self.clock()
+    def claimable(self, limit: int | None = None) -> list[str]:
+        """Cell ids a worker may claim now, in claim order: interrupted first, then queued (the first `limit`).
+
+        The order claims take (claiming.claim_next takes the first of it); workers
+        never read this list, which is for people and tests.
+        """
+        params = {"now": self.clock()}
+        out: list[str] = []
         with self._read() as s:
-            q = (
-                select(CellRow.id, CellRow.state)
-                .where(
-                    CellRow.state.in_([str(x) for x in states.CLAIMABLE]),
-                    CellRow.removed.is_(False),
-                    retry_due(now),
-                )
-                .order_by(CellRow.group_number, CellRow.index)
-            )
-            rows = list(s.execute(q))
-        rank = {str(x): i for i, x in enumerate(states.CLAIMABLE)}
-        return [r.id for r in sorted(rows, key=lambda r: rank[r.state])]
+            for state in states.CLAIMABLE:
+                left = None if limit is None else limit - len(out)
+                if left is not None and left <= 0:
+                    break
+                out += s.scalars(claim_order(str(state)).limit(left), params)
+        return out
 
     def etas(self) -> dict[str, float]:
         """Seconds left for running cells, from their attempt's rate since it started."""

@@ -1,0 +1,190 @@
+"""The claim: one statement picks and takes the next cell, the cell's ownership is taken before the commit.
+
+A claim (`claim_next`) is one write transaction (`BEGIN IMMEDIATE` on SQLite):
+1. one statement picks and takes the next claimable cell,
+   `UPDATE cells SET state='running', attempts=attempts+1 ... WHERE id =
+   COALESCE((SELECT id ... interrupted ... LIMIT 1), (SELECT id ... queued ...
+   LIMIT 1)) RETURNING ...`, each pick a seek of ix_cells_claim (reads.claim_pick);
+2. the worker takes the cell's ownership (its folder's lock, liveness.py);
+3. the attempt row is inserted, and the commit makes both visible at once.
+
+The ownership is taken before the claim is committed, so no reader, and so no
+reaper, ever sees a running cell without a live owner: what matters is that the
+lock is held before the claim can be seen, not before the UPDATE runs. A cell
+whose ownership another live process holds (one about to close its own
+attempt) rolls the transaction back, and the claim is made again passing it
+over. Writers take turns on the write lock, so a pick is never stale and a
+claim never loses a race: no list of claimable ids is read, no cell is tried
+after another.
+
+Claimers of one SQLite file first queue for their turn on a file lock
+(`.sweepq/claim.lock`): SQLite's busy handler polls, sleeping 1, 2, 5, 10...
+ms, and with eight claimers a waiter misses turns for hundreds of
+milliseconds, where the kernel wakes the next one at once. The statements are
+compiled once and run on the driver's cursor (prepared.py), on a connection
+the store keeps for its claims. On PostgreSQL the pick would be `SELECT ...
+FOR UPDATE SKIP LOCKED LIMIT 1` in the same UPDATE, without the turn.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, bindparam, insert, or_, update
+from sqlalchemy.engine import Dialect
+
+from sweepq.queue import states
+from sweepq.queue.liveness import Ownership
+from sweepq.queue.models import AttemptRow
+from sweepq.queue.prepared import Prepared
+from sweepq.queue.reads import CELLS, claim_pick, now_param, retry_due
+from sweepq.queue.records import Claim, WorkerInfo
+from sweepq.queue.states import CellState
+from sweepq.queue.transactions import StoreBase
+
+ATTEMPTS = cast(Table, AttemptRow.__table__)
+_OPENED = ("cell_id", "number", "worker", "host", "worker_pid", "started_at", "start_step", "nan_step", "gpus")
+
+
+@lru_cache(maxsize=32)
+def _claim_statement(dialect: Dialect, named: bool, skip: tuple[str, ...] = ()) -> Prepared:
+    """The claim's one statement: move the cell to running and return what its attempt needs.
+
+    `named`: the cell `:cell`; else the next in claim order (reads.claim_pick)
+    but for `skip`. Guarded by the states a cell is claimed from: no row is a lost race.
+    """
+    c = CELLS.c
+    which = c.id == (bindparam("cell") if named else claim_pick(skip))
+    sources = or_(*(c.state == str(x) for x in sorted(states.sources_of(CellState.RUNNING))))
+    returns = (c.id, c.attempts, c.cfg, c.nan_step, c.last_reason)
+    stmt = (
+        update(CELLS)
+        .where(which, sources, c.removed.is_(False), retry_due(now_param()))
+        .values(state=str(CellState.RUNNING), attempts=c.attempts + 1, retry_after=None, updated_at=now_param())
+        .returning(*returns)
+    )
+    return Prepared(stmt, dialect, returns)
+
+
+@lru_cache(maxsize=32)
+def _attempt_insert(dialect: Dialect) -> Prepared:
+    """The claimed attempt's row (its parameters are the column names, prefixed `a_`)."""
+    values = {k: bindparam(f"a_{k}", type_=ATTEMPTS.c[k].type) for k in _OPENED}
+    return Prepared(insert(ATTEMPTS).values(values), dialect)
+
+
+def _take(conn: Connection, claim: Prepared, params: dict[str, Any], worker: WorkerInfo) -> Claim | None:
+    """The claim's statements in `conn`'s transaction: the guarded UPDATE, then the attempt's row."""
+    row = claim.run(conn, params)
+    if row is None:
+        return None
+    cell, number, cfg, nan_step, last_reason = row
+    if nan_step is not None:  # the rollback is this attempt's alone
+        conn.execute(update(CELLS).where(CELLS.c.id == cell).values(nan_step=None))
+    opened: tuple[Any, ...] = (cell, number, worker.worker, worker.host, worker.pid, params["now"], 0, nan_step, [])
+    _attempt_insert(conn.dialect).run(conn, {f"a_{k}": v for k, v in zip(_OPENED, opened, strict=True)})
+    return Claim(cell, number, cfg, nan_step, last_reason)
+
+
+class _Held(Exception):
+    """The picked cell's ownership is held by another live process (rolls the claim back)."""
+
+    def __init__(self, cell: str) -> None:
+        super().__init__(cell)
+        self.cell = cell
+
+
+def _wait_turn(path: str | None) -> int | None:
+    """Queue for this process's turn among the claimers of a SQLite file (the module's docstring says why).
+
+    Returns the locked descriptor (closing it ends the turn, however this
+    process ends); None for a server database, which queues its writers itself.
+    """
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:  # a root made by hand, without .sweepq/ yet
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class StoreClaiming(StoreBase):
+    def claim_next(self, worker: WorkerInfo, take: Callable[[str], Ownership | None]) -> tuple[Claim, Ownership] | None:
+        """Claim the next cell in claim order and own it: (its claim, its ownership); None when none is left.
+
+        `take` is the worker's `Liveness.take`; it is called inside the claim's
+        write transaction, before the commit (see the module's docstring).
+        """
+        assert self._batch is None, "a claim is its own transaction"
+        # One claim at a time per store: threads that share a store share its claim connection.
+        with self.__dict__.setdefault("_claim_mutex", threading.Lock()):
+            conn, turn = self._claimer()
+            fd = _wait_turn(turn)
+            try:
+                return self._claim_first(conn, worker, take)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+
+    def _claim_first(
+        self, conn: Connection, worker: WorkerInfo, take: Callable[[str], Ownership | None]
+    ) -> tuple[Claim, Ownership] | None:
+        """The first cell in claim order whose ownership `take` gets, claimed and owned."""
+        now = self.clock()
+        skip: tuple[str, ...] = ()
+        while True:
+            owner: Ownership | None = None
+            try:
+                with conn.begin():
+                    claim = _take(conn, _claim_statement(conn.dialect, False, skip), {"now": now}, worker)
+                    if claim is None:
+                        return None
+                    owner = take(claim.cell)
+                    if owner is None:
+                        raise _Held(claim.cell)
+            except _Held as held:
+                skip = (*skip, held.cell)  # the claim was rolled back: pass the cell over this time
+                continue
+            except BaseException:
+                if owner is not None:  # the commit failed: the cell stays as it was, unowned
+                    owner.release()
+                raise
+            return claim, owner
+
+    def claim(self, cell_id: str, worker: WorkerInfo) -> Claim | None:
+        """Move the named cell to running and open its next attempt; None if it is not claimable now.
+
+        The caller already holds the cell's ownership; the guarded UPDATE's row
+        count is the proof that no other worker claimed it first. (Workers
+        claim with `claim_next`.)
+        """
+        with self._write() as s:
+            conn = s.connection()
+            return _take(conn, _claim_statement(conn.dialect, True), {"now": self.clock(), "cell": cell_id}, worker)
+
+    def _claimer(self) -> tuple[Connection, str | None]:
+        """What claims keep between them: a connection (a checkout from the pool costs more), the turn's file."""
+        kept: tuple[Connection, str | None, int] | None = self.__dict__.get("_claiming")
+        # A forked child never uses its parent's connection (SQLite's file locks are per process).
+        if kept is None or kept[0].closed or kept[2] != os.getpid():
+            turn = None if self.database.path is None else str(self.paths.claim_lock)
+            kept = self.__dict__["_claiming"] = (self._writer.connect(), turn, os.getpid())
+        return kept[0], kept[1]
+
+    def close(self) -> None:
+        kept: tuple[Connection, str | None, int] | None = self.__dict__.pop("_claiming", None)
+        if kept is not None and kept[2] == os.getpid():
+            kept[0].close()
+        super().close()

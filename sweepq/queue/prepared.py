@@ -1,0 +1,65 @@
+"""Core statements compiled once for a dialect and run on the driver's cursor (the claim's hot path).
+
+A claim is the database's cheapest kind of write, one short transaction, and
+SQLAlchemy's execution of a statement (parameters processed through the
+compiled statement, results wrapped, events) costs several times SQLite's own
+work there. A `Prepared` keeps what SQLAlchemy decided once: the SQL for this
+dialect, the order of its parameters, how each parameter and returned column
+converts. It runs on the DBAPI cursor of a Connection whose transaction
+SQLAlchemy began (`BEGIN IMMEDIATE` on SQLite) and ends, and raises a driver's
+error as SQLAlchemy's (`OperationalError` for a full disk), as
+`Connection.execute` would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+from sqlalchemy import ClauseElement, ColumnElement, Connection
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.compiler import SQLCompiler
+
+Convert = Callable[[Any], Any] | None
+
+
+class Prepared:
+    """`stmt` for `dialect`; `returns`: the columns its RETURNING gives, for their conversion."""
+
+    def __init__(self, stmt: ClauseElement, dialect: Dialect, returns: Sequence[ColumnElement[Any]] = ()) -> None:
+        compiled = cast(SQLCompiler, stmt.compile(dialect=dialect))
+        self.sql = compiled.string
+        self.binders: dict[str, Convert] = {}
+        fixed: dict[str, Any] = {}
+        for bind, key in compiled.bind_names.items():  # each parameter and the name the SQL gives it
+            convert = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if bind.required:
+                self.binders[key] = convert
+            else:  # a literal of the statement, converted once
+                fixed[key] = bind.effective_value if convert is None else convert(bind.effective_value)
+        self.fixed = fixed
+        self.order = list(compiled.positiontup or []) if compiled.positional else None
+        self.readers: list[Convert] = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in returns]
+
+    def args(self, values: Mapping[str, Any]) -> Any:
+        """The driver's parameters for `values` (a list for a positional paramstyle, else a dict)."""
+        bound = dict(self.fixed)
+        for key, convert in self.binders.items():
+            bound[key] = values[key] if convert is None else convert(values[key])
+        return bound if self.order is None else [bound[k] for k in self.order]
+
+    def run(self, conn: Connection, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """Run in `conn`'s transaction: the first row it returns, converted (None when none or no RETURNING)."""
+        args = self.args(values)
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(self.sql, args)
+            row = cursor.fetchone() if self.readers else None
+        except conn.dialect.loaded_dbapi.Error as e:  # looked up only when something was raised
+            raise DBAPIError.instance(self.sql, args, e, conn.dialect.loaded_dbapi.Error) from e
+        finally:
+            cursor.close()
+        if row is None:
+            return None
+        return tuple(v if f is None else f(v) for f, v in zip(self.readers, row, strict=True))
