@@ -59,6 +59,7 @@ check: $(STAMP)
 bench: $(STAMP)
 	@$(BIN)/python bench/checkpoint.py $(BENCH_ARGS)
 	@$(BIN)/python bench/history.py $(BENCH_ARGS)
+	@$(BIN)/python bench/cli.py $(BENCH_ARGS)
 	@$(BIN)/python bench/claims.py $(BENCH_ARGS)
 
 clean:

@@ -12,14 +12,17 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 
-from sweepq.cli.launch import resolve_root
+from sweepq.cli.lazy import LazyGroup
 from sweepq.errors import SweepqError
-from sweepq.queue.store import Store
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from sweepq.queue.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,6 +71,8 @@ def _disk_words(e: BaseException, spec: Any, root: Any) -> str | None:
 
 def out() -> Console:
     """Wide when piped (tables keep every column in files and CI logs), unless COLUMNS says how wide."""
+    from rich.console import Console  # here: `sweepq --help` never loads rich
+
     console = Console(highlight=False, soft_wrap=False)
     if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
         console = Console(highlight=False, soft_wrap=False, width=1000)
@@ -87,6 +92,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 @contextmanager
 def reading(spec: str | None, root: str | None) -> Iterator[Store]:
     """The store of the root named by SPEC, --root or the current folder, never written."""
+    from sweepq.cli.launch import resolve_root
+    from sweepq.queue.store import Store
+
     store = Store.open_readonly(resolve_root(spec, root))
     try:
         yield store
@@ -97,6 +105,9 @@ def reading(spec: str | None, root: str | None) -> Iterator[Store]:
 @contextmanager
 def steering(root: str | None) -> Iterator[Store]:
     """The store for a steering command (migrated if needed, short writes)."""
+    from sweepq.cli.launch import resolve_root
+    from sweepq.queue.store import Store
+
     store = Store.open(resolve_root(None, root))
     try:
         yield store
@@ -104,7 +115,7 @@ def steering(root: str | None) -> Iterator[Store]:
         store.close()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="sweepq")
-def main() -> None:
+def main() -> None:  # its commands: sweepq/cli/main.py
     """Run hyperparameter sweeps of PyTorch training that survive disconnects, preemptions and reboots."""

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from filelock import FileLock
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import NullPool
@@ -220,6 +219,8 @@ class Database:
         """Create or upgrade the schema to this sweepq's, once, even with several launches at once."""
         if self.readonly:
             raise RuntimeError(f"the database {self.describe()} was opened read-only")
+        if db.current_revision(self.engine) == db.SCHEMA_HEAD:
+            return  # the usual case: no lock file, no migration environment
         with self._migration_lock():
             db.upgrade(self.engine, self.describe())
 
@@ -246,6 +247,8 @@ class Database:
         if self.migrate_lock is None:
             yield
             return
+        from filelock import FileLock  # only where a migration may run
+
         self.migrate_lock.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(self.migrate_lock):
             yield

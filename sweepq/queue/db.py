@@ -1,14 +1,15 @@
 """The schema's version: alembic migrations, run in code when a root is opened.
 
-Nobody runs alembic's command line: `Database.upgrade` calls `upgrade` under a
-lock when a launch or a worker opens a root, and read commands only compare
-revisions (`check_current`). Where the database is and how to connect to it is
+Nobody runs alembic's command line: when a launch or a worker opens a root
+whose schema is not current, `Database.upgrade` calls `upgrade` under a lock;
+read commands only compare revisions (`check_current`). Where the database is and how to connect to it is
 sweepq/queue/database.py's question; this module gets an engine.
 
-Read commands must answer at once, and importing alembic alone costs about
-0.2 s: they compare the database's revision, read with one SELECT, with
-SCHEMA_HEAD, which a unit test holds equal to the scripts' head. Alembic is
-imported only by what migrates.
+Commands must answer at once, and importing alembic alone costs about 0.2 s:
+the database's revision, read with one SELECT, is compared with SCHEMA_HEAD,
+which a unit test holds equal to the scripts' head. Alembic is imported only
+when a migration runs (a launch or a worker on an older root); read commands
+never migrate, they refuse an older schema.
 """
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ def current_revision(engine: Engine) -> str | None:
 
 def upgrade(engine: Engine, where: str) -> None:
     """Create or upgrade the schema to head; the caller holds the migration lock."""
+    rev = current_revision(engine)
+    if rev == SCHEMA_HEAD:
+        return  # current: alembic (and its script folder) is loaded only when a migration runs
     from alembic import command
     from alembic.script import ScriptDirectory
 
-    rev = current_revision(engine)
     head = head_revision()
     if rev == head:
         return
