@@ -20,7 +20,7 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "status": (
         ("cell", "state"),
         (
-            *(METRIC, "progress", PARAMS, SAME, "best", "last reason", "attempts", "use", "eta"),
+            *(METRIC, "progress", PARAMS, SAME, "best", "last reason", "attempts", "use", "eta", "rate"),
             *("step", "epoch", "group", "note"),
         ),
     ),

@@ -19,13 +19,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 
-from sweepq.cli import failures, launch_lock, launch_summary, render
+from sweepq.cli import failures, header, launch_lock, launch_summary, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
 from sweepq.execution import usage_text
@@ -143,6 +144,7 @@ class Launcher:
         self.stops = 0
         self.signals: list[int] = []  # the stops' signals, for the output (the handler writes nothing)
         self.hard_deadline: float | None = None  # after a second interrupt: when to kill what is left
+        self.started_at = datetime.now(UTC)  # the live view's elapsed time counts from here
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self.stops and signum != signal.SIGINT:
@@ -235,6 +237,7 @@ class Launcher:
         return bool(alive)
 
     def _view(self, store: Store, metric: Any) -> Any:
+        """The header (elapsed since this launch started) above the status table."""
         note = ""
         if self.stops == 1:
             note = STOPPING
@@ -242,9 +245,13 @@ class Launcher:
         told = failures.failure_notes(cells, lambda reason: store.attempts(reason=reason), self._where)
         notes = told | store.fault_notes()
         usages = usage_text.latest_by_cell(store.attempts())
-        return render.status_table(
-            cells, metric, title=note or None, etas=store.etas(), stalls=store.stalls(), notes=notes, usages=usages
+        workers = sum(1 for p in self.procs if p.poll() is None)
+        fc = store.forecast(workers)
+        etas, rates = header.per_cell(fc, cells)
+        table = render.status_table(
+            cells, metric, title=note or None, etas=etas, rates=rates, stalls=store.stalls(), notes=notes, usages=usages
         )
+        return Group(header.header(cells, fc, self.started_at, live=workers > 0), table)
 
     def _print_changes(self, store: Store, seen: dict[str, str]) -> None:
         for c in store.cells():
@@ -306,7 +313,7 @@ def launch(
     terminal.keep_on_hangup()  # first: a hangup while preparing must not stop the launch either
     prepared = prepare(spec, root, accept_changed)  # raises UsageError: nothing written
     terminal.log = RootPaths(prepared.root).launch_log
-    with launch_lock.held(prepared.root, str(Path(spec).resolve()), _grace_seconds()):  # UsageError: one lives
+    with launch_lock.held(prepared.root, str(Path(spec).resolve()), _grace_seconds(), workers):  # UsageError: one lives
         store = apply(prepared)
         try:
             return _run(

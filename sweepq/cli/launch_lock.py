@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
 from filelock import lock_descriptor
 
 from sweepq.atomic import atomic_write_json, read_json
@@ -40,6 +39,7 @@ class Holder:
     log: str = ""
     spec: str = ""
     grace_seconds: float = 0.0  # how long its workers give a training process to checkpoint and stop
+    workers: int = 0  # how many workers it started (0: it did not say)
 
     @property
     def here(self) -> bool:
@@ -70,6 +70,7 @@ def _described(info: Any) -> Holder | None:
             log=str(info["log"]),
             spec=str(info["spec"]),
             grace_seconds=float(info["grace_seconds"]),
+            workers=int(info.get("workers", 0)),  # absent from the file of an older launch
         )
         created = float(info["created"])
     except (KeyError, TypeError, ValueError):
@@ -80,6 +81,8 @@ def _described(info: Any) -> Holder | None:
 
 
 def _same_process(pid: int | None, created: float) -> bool:
+    import psutil  # here: a read command asks only while a launch holds the lock
+
     try:
         return abs(psutil.Process(pid).create_time() - created) < 0.01
     except (psutil.Error, ValueError):
@@ -99,13 +102,15 @@ def refusal(root: Path, h: Holder | None) -> str:
 
 
 @contextmanager
-def held(root: Path, spec: str, grace_seconds: float) -> Iterator[None]:
+def held(root: Path, spec: str, grace_seconds: float, workers: int = 0) -> Iterator[None]:
     """Hold the root's launch lock for the block; raises UsageError when another launch holds it."""
     paths = RootPaths(root)
     fd = _take(paths.launch_lock)
     if fd is None:
         raise UsageError(refusal(root, holder(root)))
     try:
+        import psutil
+
         me = psutil.Process()
         atomic_write_json(
             paths.launch_info,
@@ -117,6 +122,7 @@ def held(root: Path, spec: str, grace_seconds: float) -> Iterator[None]:
                 "log": str(paths.launch_log),
                 "spec": spec,
                 "grace_seconds": grace_seconds,
+                "workers": workers,
             },
         )
         yield

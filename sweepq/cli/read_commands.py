@@ -5,18 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
 
-from sweepq.cli import failures, render, render_cell
+from sweepq.cli import failures, header, render, render_cell
 from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
 from sweepq.errors import UsageError
 from sweepq.execution import usage_text
-from sweepq.queue.database import Database
-from sweepq.queue.store import Store
 from sweepq.spec.sweep import select_cells
+
+if TYPE_CHECKING:
+    from sweepq.queue.store import Store
 
 
 def is_place(arg: str | None) -> bool:
@@ -25,6 +26,8 @@ def is_place(arg: str | None) -> bool:
     Cell selectors (2.3, a group name, 2.*) hold no slash and no .yaml, so a path with
     either is a place; a bare name is one only when it is a folder holding a queue.
     """
+    from sweepq.queue.database import Database
+
     if not arg:
         return False
     path = Path(arg)
@@ -69,7 +72,7 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every
     with reading(spec, root) as store:
         metric = store.settings().metric
         if as_json:
-            etas, stalls = store.etas(), store.stalls()
+            fc, stalls = store.forecast(status_workers(store)[0]), store.stalls()
             usages = usage_text.latest_by_cell(store.attempts())
             print_json(
                 [
@@ -77,7 +80,8 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every
                     | {
                         "cfg": c.cfg,
                         "alive": _alive(store, c),
-                        "eta_seconds": etas.get(c.id),
+                        "eta_seconds": fc.cell_seconds_left(c.id),
+                        "rate_steps_per_second": fc.steps_per_second(c.id),
                         "no_progress_seconds": stalls.get(c.id),
                         "usage": usages.get(c.id),
                     }
@@ -87,20 +91,40 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every
             return
 
         def table() -> RenderableType:
-            return render.status_table(
-                store.cells(),
-                metric,
-                dead=_dead_running(store),
-                etas=store.etas(),
-                all_params=all_params,
-                usages=usage_text.latest_by_cell(store.attempts()),
-                **_told(store),
+            cells = store.cells()
+            workers, live = status_workers(store)
+            fc = store.forecast(workers)
+            etas, rates = header.per_cell(fc, cells)
+            return Group(
+                header.header(cells, fc, fc.began, live),
+                render.status_table(
+                    cells,
+                    metric,
+                    dead=_dead_running(store),
+                    etas=etas,
+                    rates=rates,
+                    all_params=all_params,
+                    usages=usage_text.latest_by_cell(store.attempts()),
+                    **_told(store),
+                ),
             )
 
         if watch:
             _watch(store, out(), every, table)
         else:
             out().print(table())
+
+
+def status_workers(store: Store) -> tuple[int, bool]:
+    """How many workers the forecast counts, and whether any runs: the live launch's, else as many as
+    cells run (workers started by hand), else one (what a relaunch would take at the least)."""
+    from sweepq.cli import launch_lock  # psutil and the lock: only for the commands that ask
+
+    live = launch_lock.holder(store.root)
+    running = len(store.running())
+    if live is not None and live.workers:
+        return max(live.workers, running), True
+    return max(1, running), running > 0 or live is not None
 
 
 def _watch(store: Store, con: Console, every: float, table: Callable[[], RenderableType]) -> None:

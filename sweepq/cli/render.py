@@ -92,6 +92,20 @@ def fmt_seconds(s: float | None) -> str:
     return f"{h}h{m:02d}m"
 
 
+def fmt_rate(steps_per_second: float | None, short: bool = False) -> str:
+    """A speed as steps a second, or seconds a step when under one step a second ("3.2 s/step")."""
+    if not steps_per_second:
+        return ""
+    if steps_per_second >= 1:
+        return f"{_three(steps_per_second)}{'/s' if short else ' steps/s'}"
+    return f"{_three(1 / steps_per_second)}{'s/st' if short else ' s/step'}"
+
+
+def _three(v: float) -> str:
+    """Three significant digits, never in exponent form."""
+    return f"{v:.0f}" if v >= 99.5 else f"{v:.1f}" if v >= 9.95 else f"{v:.2f}"
+
+
 def fmt_time(t: datetime | None) -> str:
     if t is None:
         return ""
@@ -154,12 +168,15 @@ def status_table(
     now: datetime | None = None,
     all_params: bool = False,
     usages: dict[str, dict[str, Any]] | None = None,
+    rates: dict[str, float] | None = None,
 ) -> RenderableType:
-    """`stalls`: seconds without progress of running cells past their threshold (Store.stalls);
+    """`etas`: seconds until each cell ends (the forecast's, header.per_cell);
+    `stalls`: seconds without progress of running cells past their threshold (Store.stalls);
     `notes`: what the last attempt of a cell said, when its machine failed it (Store.fault_notes);
     `all_params`: every cfg key, not only those that vary across the cells;
-    `usages`: each cell's CPU/GPU use from its newest attempt (usage_text.latest_by_cell)."""
-    dead, etas, usages = dead or set(), etas or {}, usages or {}
+    `usages`: each cell's CPU/GPU use from its newest attempt (usage_text.latest_by_cell);
+    `rates`: each cell's measured steps per second (header.per_cell)."""
+    dead, etas, usages, rates = dead or set(), etas or {}, usages or {}, rates or {}
     told = _Told(stalls or {}, notes or {}, now or datetime.now(UTC))
     mname = metric.name if metric else next((metric_of(c, None)[0] for c in cells if c.metrics), "")
     mvalues = [fmt_num(c.metrics.get(mname)) if mname else "" for c in cells]
@@ -176,6 +193,13 @@ def status_table(
             [fmt_seconds(etas[c.id]) if c.id in etas and c.id not in dead else "" for c in cells],
             rank["eta"],
             "right",
+        ),
+        Column(
+            "rate",
+            [fmt_rate(rates.get(c.id)) for c in cells],
+            rank["rate"],
+            "right",
+            short_values=[fmt_rate(rates.get(c.id), short=True) for c in cells],
         ),
         *params.columns([c.cfg for c in cells], all_params, rank[PARAMS], rank[SAME]),
         Column(mname or "metric", mvalues, rank[METRIC], "right", short_name=short_header(mname, mvalues)),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from sweepq.queue.claims import StoreClaims
 from sweepq.queue.definition import Existing, StoreDefinition
+from sweepq.queue.forecast_reads import StoreForecastReads
 from sweepq.queue.moves import StoreMoves
 from sweepq.queue.reads import StoreReads
 from sweepq.queue.states import CheckpointState
@@ -27,5 +28,5 @@ from sweepq.queue.transactions import Clock, utcnow
 __all__ = ["CheckpointState", "Clock", "Existing", "Store", "utcnow"]
 
 
-class Store(StoreReads, StoreDefinition, StoreClaims, StoreMoves):
+class Store(StoreReads, StoreForecastReads, StoreDefinition, StoreClaims, StoreMoves):
     """A root's queue (open it with Store.open or Store.open_readonly; close it when done)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -81,6 +82,9 @@ def test_status_and_show_json_fields(done_sweep: tuple[Path, Path]) -> None:
     assert set(done) >= {"cell", "cfg_hash", "metrics", "checkpoint", "attempt", "finished_at"}
     human = cli("status", "--root", str(root))
     assert human.returncode == 0 and "4 cells: 4 done" in human.stdout
+    # the header: how long the sweep took (a settled sweep has no ETA) and the counts; each cell's speed
+    assert re.fullmatch(r"took (\d+s|\d+m\d\ds|\d+h\d\dm) · 4 done", human.stdout.splitlines()[0]), human.stdout
+    assert all(c["rate_steps_per_second"] > 0 and c["eta_seconds"] is None for c in status)
 
 
 def test_relaunch_of_a_done_sweep_adds_no_attempt(done_sweep: tuple[Path, Path]) -> None:

@@ -669,15 +669,21 @@ grid: {optim.lr: [0.0003, 0.0001], optim.name: [adamw]}
     assert {"rank", "cell", "state", "best", "step", "checkpoint"} <= set(best[0])
     assert json.loads(ran("show", "1.1", "--json"))["cfg"] == want
 
-    wide = ran("status").splitlines()  # a pipe without COLUMNS: as wide as the table
+    def table(out: str) -> list[str]:  # below the header (cli/header.py)
+        lines = out.splitlines()
+        return lines[next(i for i, line in enumerate(lines) if line.startswith("cell ")) :]
+
+    wide = table(ran("status"))  # a pipe without COLUMNS: as wide as the table
     assert wide[0].split() == ["cell", "group", "state", "optim.lr"]
     assert (
         wide[3]
         == "same in every cell: model.name=meta-llama/L…1B-Instruct, model.dropout=0.1, seed=7, optim.name=adamw"
     )
     narrow = ran("status", columns="25").splitlines()  # COLUMNS: how wide a pipe is
-    assert max(map(cell_len, narrow)) <= 25 and narrow[0].split() == ["cell", "state", "optim.lr"], narrow
+    assert max(map(cell_len, narrow)) <= 25
+    narrow = table("\n".join(narrow))
+    assert narrow[0].split() == ["cell", "state", "optim.lr"], narrow
     assert narrow[3].startswith("hidden: group ")
-    every = ran("status", "--all-params", columns="200").splitlines()[0].split()
+    every = table(ran("status", "--all-params", columns="200"))[0].split()
     assert every == ["cell", "group", "state", "model.name", "model.dropout", "seed", "optim.lr", "optim.name"]
     assert ran("best", columns="50").splitlines()[0].split() == ["rank", "cell", "state", "optim.lr", "valida…_top1"]

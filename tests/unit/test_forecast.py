@@ -1,0 +1,218 @@
+"""The sweep's ETA (queue/forecast.py): hand-built cells with known speeds give exact ETAs; then the same
+read from a real SQLite queue (queue/forecast_reads.py) with an injected clock."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import event
+
+from sweepq.queue.forecast import MIN_SPAN_S, AttemptSeen, CellSeen, Point, forecast, span
+from sweepq.queue.records import Outcome
+from sweepq.queue.states import CellState
+from sweepq.queue.store import Store
+from unit.support import T0, WORKER, FakeClock
+
+NOW = T0 + timedelta(hours=1)
+
+
+def at(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)
+
+
+def measured(cid: str, total: int | None = 100, startup: float = 10.0, spp: float = 1.0) -> CellSeen:
+    """A done cell whose one attempt took `startup` seconds before its first step, then `spp` a step:
+    first checkpoint at step 10, end at its last step."""
+    group, index = (int(x) for x in cid.split("."))
+    steps = total or 100
+    a = AttemptSeen(
+        started_at=T0,
+        start_step=0,
+        first=Point(T0 + at(startup + 10 * spp), 10),
+        last=Point(T0 + at(startup + steps * spp), steps),
+        ended_at=T0 + at(startup + steps * spp),
+    )
+    return CellSeen(cid, group, index, CellState.DONE, total, resume_step=steps, attempts=(a,))
+
+
+def waiting(cid: str, state: CellState = CellState.QUEUED, **fields: object) -> CellSeen:
+    group, index = (int(x) for x in cid.split("."))
+    return CellSeen(cid, group, index, state, None, **fields)  # type: ignore[arg-type]
+
+
+def ends(fc: object, *cells: str) -> list[float | None]:
+    return [fc.cell_seconds_left(c) for c in cells]  # type: ignore[attr-defined]
+
+
+def test_an_attempt_speed_leaves_out_its_startup() -> None:
+    s = span(measured("1.1", startup=25.0, spp=0.5).attempts[0])
+    assert s is not None and s.steps == 90 and s.seconds == 45.0 and s.startup == 25.0
+
+
+def test_queued_cells_take_their_group_speed_length_and_startup() -> None:
+    fc = forecast([measured("1.1"), waiting("1.2"), waiting("1.3")], workers=1, now=NOW)
+    assert fc.complete and fc.why == "" and fc.startup_seconds == 10.0
+    assert ends(fc, "1.2", "1.3") == [110.0, 220.0]  # one after the other: 10 s start-up + 100 steps at 1 s
+    assert fc.seconds_left == 220.0 and fc.cell_seconds_left("1.1") is None  # a done cell has no ETA
+    assert fc.steps_per_second("1.1") == 1.0 and fc.steps_per_second("1.2") is None  # only what was measured
+
+
+def test_two_workers_run_two_cells_at_once() -> None:
+    cells = [measured("1.1"), waiting("1.2"), waiting("1.3"), waiting("1.4")]
+    one, two = forecast(cells, workers=1, now=NOW), forecast(cells, workers=2, now=NOW)
+    assert (one.seconds_left, two.seconds_left) == (330.0, 220.0)
+    assert ends(two, "1.2", "1.3", "1.4") == [110.0, 110.0, 220.0]
+
+
+def test_a_running_cell_ends_its_remaining_steps_and_holds_its_worker() -> None:
+    current = AttemptSeen(NOW - at(50), 0, Point(NOW - at(30), 10), Point(NOW - at(5), 35))  # 1 s a step
+    running = CellSeen("1.2", 1, 2, CellState.RUNNING, 100, attempts=(current,))
+    fc = forecast([running, waiting("1.3")], workers=1, now=NOW)
+    assert ends(fc, "1.2", "1.3") == [60.0, 170.0]  # 65 steps from 5 s ago; then the queued one
+    assert fc.startup_seconds == 10.0 and fc.steps_per_second("1.2") == 1.0
+
+
+def test_a_running_cell_before_its_first_step_waits_out_its_startup() -> None:
+    current = AttemptSeen(NOW - at(4), 0)  # no step yet: 6 s of the 10 s start-up are left
+    running = CellSeen("1.2", 1, 2, CellState.RUNNING, 100, resume_step=40, attempts=(current,))
+    fc = forecast([measured("1.1"), running], workers=1, now=NOW)
+    assert ends(fc, "1.2") == [66.0]  # resumes at 40: 60 steps
+
+
+def test_a_cell_long_past_its_projected_end_is_stalled_and_the_eta_a_lower_bound() -> None:
+    current = AttemptSeen(NOW - at(500), 0, Point(NOW - at(480), 10), Point(NOW - at(400), 90))  # 1 s a step
+    running = CellSeen("1.2", 1, 2, CellState.RUNNING, 100, attempts=(current,))  # due to end 390 s ago
+    on_time = forecast([running, waiting("1.3")], workers=1, now=NOW, late_s=400)
+    assert (on_time.complete, ends(on_time, "1.2", "1.3")) == (True, [0.0, 110.0])
+    stalled = forecast([running, waiting("1.3")], workers=1, now=NOW, late_s=300)
+    assert (stalled.complete, stalled.why, ends(stalled, "1.2", "1.3")) == (False, "stalled", [None, 110.0])
+
+
+def test_more_running_cells_than_workers_count_as_workers() -> None:
+    cells = [CellSeen(f"1.{i}", 1, i, CellState.RUNNING, 100, attempts=(AttemptSeen(NOW, 0),)) for i in (2, 3, 4)]
+    fc = forecast([measured("1.1"), *cells, waiting("1.5")], workers=1, now=NOW)
+    assert fc.workers == 3 and ends(fc, "1.5") == [220.0]
+
+
+def test_a_back_off_delays_its_cell_and_the_next_due_one_goes_first() -> None:
+    backing = waiting("1.2", retry_after=NOW + at(500), updated_at=NOW - at(10))
+    fc = forecast([measured("1.1"), backing, waiting("1.3")], workers=1, now=NOW)
+    assert ends(fc, "1.3", "1.2") == [110.0, 610.0]  # 1.3 at once; 1.2 not before its retry_after
+
+
+def test_a_back_off_that_began_after_now_is_over_as_the_queue_decides() -> None:
+    """The clock went back: reads.retry_due makes the cell due at once, and so does the forecast."""
+    backing = waiting("1.2", retry_after=NOW + at(500), updated_at=NOW + at(60))
+    fc = forecast([measured("1.1"), backing], workers=1, now=NOW)
+    assert ends(fc, "1.2") == [110.0]
+
+
+def test_interrupted_cells_go_first_and_resume_from_their_checkpoint() -> None:
+    interrupted = waiting("2.1", CellState.INTERRUPTED, resume_step=50)
+    fc = forecast([measured("1.1"), waiting("1.2"), interrupted], workers=1, now=NOW)
+    assert ends(fc, "2.1", "1.2") == [60.0, 170.0]  # 2.1's 50 steps left, after a start-up; then 1.2
+
+
+def test_a_group_speed_before_the_sweep_speed() -> None:
+    cells = [measured("1.1", spp=1.0), measured("2.1", spp=3.0), waiting("2.2"), waiting("3.1")]
+    fc = forecast(cells, workers=2, now=NOW)
+    assert ends(fc, "2.2", "3.1") == [310.0, 210.0]  # 2.2 at its group's 3 s; 3.1 at the sweep's 2 s
+
+
+def test_unknown_lengths_make_a_lower_bound() -> None:
+    fc = forecast([measured("1.1", total=None), waiting("1.2")], workers=1, now=NOW)
+    assert (fc.complete, fc.why, fc.seconds_left) == (False, "length", 10.0)  # its start-up only
+
+
+def test_nothing_measured_means_no_eta() -> None:
+    fc = forecast([waiting("1.1"), waiting("1.2")], workers=2, now=NOW)
+    assert (fc.ends_at, fc.complete, fc.why) == (None, False, "rate")
+
+
+def test_a_settled_sweep_has_no_eta_and_tells_when_it_ran() -> None:
+    fc = forecast([measured("1.1"), measured("1.2")], workers=1, now=NOW)
+    assert (fc.ends_at, fc.complete, fc.began, fc.last_end) == (None, True, T0, T0 + at(110))
+
+
+def test_an_attempt_seen_once_counts_past_the_median_startup() -> None:
+    """No checkpoint yet: start-up and steps together, less the start-up measured elsewhere."""
+    once = AttemptSeen(NOW - at(30), 0, None, Point(NOW, 10), None)  # 30 s: 10 s start-up + 10 steps at 2 s
+    running = CellSeen("1.2", 1, 2, CellState.RUNNING, 100, attempts=(once,))
+    fc = forecast([measured("1.1"), running], workers=1, now=NOW)
+    assert fc.steps_per_second("1.2") == 0.5 and ends(fc, "1.2") == [180.0]
+    # no start-up measured anywhere: its 30 s may be start-up alone, so nothing is known yet
+    alone = forecast([running], workers=1, now=NOW)
+    assert (alone.steps_per_second("1.2"), alone.why) == (None, "rate")
+    # steps for less time than the start-up: mostly its own start-up still (longer than the median?)
+    early = AttemptSeen(NOW - at(18), 0, None, Point(NOW, 4), None)  # 8 s past the median start-up of 10
+    fc = forecast([measured("1.1"), running._replace(attempts=(early,))], workers=1, now=NOW)
+    assert fc.steps_per_second("1.2") is None
+
+
+def test_a_running_attempt_counts_once_its_steps_cover_the_minimum_span() -> None:
+    def running(seconds: float) -> CellSeen:  # 10 s start-up, 10 steps at 0.1 s, then `seconds` more
+        steps = round(seconds * 10)
+        a = AttemptSeen(NOW - at(11 + seconds), 0, Point(NOW - at(seconds), 10), Point(NOW, 10 + steps))
+        return CellSeen("1.2", 1, 2, CellState.RUNNING, 1000, attempts=(a,))
+
+    early = forecast([measured("1.1"), running(MIN_SPAN_S - 1)], workers=1, now=NOW)
+    assert early.steps_per_second("1.2") is None and early.startup_seconds == 10.0  # the done cell's
+    later = forecast([measured("1.1"), running(MIN_SPAN_S + 1)], workers=1, now=NOW)
+    assert later.steps_per_second("1.2") == pytest.approx(10.0)
+
+
+# -- read from a real queue ---------------------------------------------------------
+
+
+def run_attempt(
+    store: Store, clock: FakeClock, cell: str, startup: float, steps: int, spp: float, **end: object
+) -> None:
+    """Claim `cell`, take `startup` s to its first step, commit a checkpoint at step 10, report `steps`."""
+    assert store.claim(cell, WORKER) is not None
+    n = store.cell(cell).attempts
+    store.attempt_started(cell, n, start_step=0)
+    clock.advance(startup + 10 * spp)
+    store.record_checkpoint(cell, 10, path=f"cells/{cell}/checkpoints/step-10", attempt=n)
+    clock.advance((steps - 10) * spp)
+    store.progress(cell, n, step=steps, total_steps=100)
+    if end:
+        store.finish(cell, n, Outcome(end_step=steps, wall_seconds=startup + steps * spp, **end))  # type: ignore[arg-type]
+
+
+def test_the_store_reads_speeds_and_resume_points(store: Store, clock: FakeClock) -> None:
+    run_attempt(store, clock, "1.1", startup=10, steps=100, spp=1.0, reason="completed")
+    run_attempt(store, clock, "1.2", startup=10, steps=40, spp=1.0)  # running: 40 of 100
+    fc = store.forecast(workers=1)
+    assert fc.startup_seconds == 10.0 and fc.steps_per_second("1.1") == 1.0 and fc.steps_per_second("1.2") == 1.0
+    assert fc.cell_seconds_left("1.2") == 60.0
+    # 1.2 is killed; the next launch reaps it an hour later: that end tells nothing of its speed
+    clock.advance(3600)
+    store.finish("1.2", 1, Outcome(reason="lost", end_step=40))
+    fc = store.forecast(workers=1)
+    assert fc.steps_per_second("1.2") == 1.0
+    assert fc.cell_seconds_left("1.2") == 100.0  # resumes from its checkpoint at 10: start-up + 90 steps
+    assert fc.cell_seconds_left("1.3") == 210.0  # then a fresh cell of the group, interrupted ones first
+
+
+def test_the_store_reads_in_three_queries_whatever_the_number_of_cells(store: Store, clock: FakeClock) -> None:
+    for cell in ("1.1", "1.2", "1.3", "2.1"):
+        run_attempt(store, clock, cell, startup=5, steps=50, spp=0.5, reason="preempted")
+    statements: list[str] = []
+    listen = lambda *args: statements.append(args[2])  # noqa: E731
+    event.listen(store.engine, "before_cursor_execute", listen)
+    try:
+        cells = store.forecast_cells()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", listen)
+    assert len(cells) == 13 and all(len(c.attempts) == 1 for c in cells[:3])
+    assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) == 3
+
+
+@pytest.mark.parametrize("workers, expected", [(1, 12 * 60.0), (4, 3 * 60.0)])
+def test_the_store_forecast_divides_among_workers(
+    store: Store, clock: FakeClock, workers: int, expected: float
+) -> None:
+    run_attempt(store, clock, "1.1", startup=10, steps=100, spp=0.5, reason="completed")
+    fc = store.forecast(workers)
+    assert fc.seconds_left == expected  # 12 queued cells of 10 s + 100 steps at 0.5 s, in rounds of `workers`
