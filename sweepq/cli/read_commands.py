@@ -117,11 +117,13 @@ def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every
 
 def status_workers(store: Store) -> tuple[int, bool]:
     """How many workers the forecast counts, and whether any runs: the live launch's, else as many as
-    cells run (workers started by hand), else one (what a relaunch would take at the least)."""
+    cells have a live owner (workers started by hand), else one (what a relaunch would take at the least)."""
     from sweepq.cli import launch_lock  # psutil and the lock: only for the commands that ask
+    from sweepq.queue import liveness
 
     live = launch_lock.holder(store.root)
-    running = len(store.running())
+    owners = liveness.for_root(store.root)
+    running = sum(1 for cell, _ in store.running() if owners.owner_alive(cell))  # a killed worker runs nothing
     if live is not None and live.workers:
         return max(live.workers, running), True
     return max(1, running), running > 0 or live is not None
