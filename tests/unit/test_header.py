@@ -13,6 +13,7 @@ from sweepq.cli import header, launch_lock, render
 from sweepq.cli.launch import Launcher
 from sweepq.cli.read_commands import status_workers
 from sweepq.cli.terminal import Terminal
+from sweepq.queue import liveness
 from sweepq.queue.forecast import CellForecast, Forecast
 from sweepq.queue.states import CellState
 from sweepq.queue.store import Store
@@ -130,6 +131,12 @@ def test_status_counts_the_live_launch_workers_else_the_running_cells(store: Sto
     with launch_lock.held(store.root, "sweep.yaml", 1.0, workers=3):
         assert launch_lock.holder(store.root).workers == 3  # type: ignore[union-attr]
         assert status_workers(store) == (3, True)
+    owners = liveness.for_root(store.root)
+    held = [owners.take(cid) for cid in ("1.1", "1.2")]
     for cid in ("1.1", "1.2"):
         assert store.claim(cid, WORKER) is not None
-    assert status_workers(store) == (2, True)  # workers started by hand, or a launch that died
+    assert status_workers(store) == (2, True)  # workers started by hand: each running cell has a live owner
+    for ownership in held:
+        assert ownership is not None
+        ownership.release()
+    assert status_workers(store) == (1, False)  # a launch killed with its workers: nothing runs them now
