@@ -7,7 +7,7 @@ when the console is wide enough, else on two; a part is moved to the next line w
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -60,9 +60,14 @@ def _join(parts: Sequence[Text]) -> Text:
 def header(cells: Sequence[CellRecord], fc: Forecast, since: datetime | None, live: bool) -> Header:
     """`since`: when elapsed time starts (the sweep's first attempt, or this launch); `live`: whether
     workers run now (else the ETA is what `fc.workers` would take after a relaunch)."""
-    settled = all(c.state in TERMINAL for c in cells if not c.removed)
+    return header_of_counts(Counter(c.state for c in cells if not c.removed), fc, since, live)
+
+
+def header_of_counts(counts: Mapping[CellState, int], fc: Forecast, since: datetime | None, live: bool) -> Header:
+    """The same from the cells still in the sweep counted by state (Store.census: one query at any size)."""
+    settled = all(s in TERMINAL for s, n in counts.items() if n)
     times = [*_eta(fc, settled), *_elapsed(fc, since, settled), *_workers(fc, live, settled)]
-    return Header((tuple(times), _counts(cells)))
+    return Header((tuple(times), _counts(counts)))
 
 
 def _eta(fc: Forecast, settled: bool) -> list[Text]:
@@ -91,9 +96,8 @@ def _workers(fc: Forecast, live: bool, settled: bool) -> list[Text]:
     return [Text(n)] if live else [Text(f"not running: eta for {n}", style="yellow")]
 
 
-def _counts(cells: Sequence[CellRecord]) -> tuple[Text, ...]:
-    counts = Counter(c.state for c in cells if not c.removed)
-    return tuple(Text(f"{counts[s]} {s}", style=STATE_STYLE[s]) for s in CellState if counts[s])
+def _counts(counts: Mapping[CellState, int]) -> tuple[Text, ...]:
+    return tuple(Text(f"{counts[s]} {s}", style=STATE_STYLE[s]) for s in CellState if counts.get(s))
 
 
 def duration(seconds: float) -> str:

@@ -104,17 +104,16 @@ def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
     sweep = load_sweep(spec)
     target = preflight(sweep, spec, root, check_entry=True).root  # as plan does, and the train: function
     check_writable(target)
-    existing: dict[str, tuple[str, dict[str, Any], bool]] = {}
     database = Database.for_root(target)
-    if database.exists():
-        current = database.schema_current()
-        # An older schema is upgraded first: the stored cells are read through this sweepq's models.
-        store = Store.open_readonly(target, database=database) if current else Store.open(target, database=database)
-        try:
-            existing = store.existing_cfgs()
-        finally:
-            store.close()
-    plan = reconcile.plan(sweep, existing, accept_changed)
+    if not database.exists():
+        return Prepared(sweep, target, reconcile.plan(sweep, {}, accept_changed), accept_changed)
+    current = database.schema_current()
+    # An older schema is upgraded first: the stored cells are read through this sweepq's models.
+    store = Store.open_readonly(target, database=database) if current else Store.open(target, database=database)
+    try:
+        plan = store.read_reconcile(lambda existing: reconcile.plan(sweep, existing, accept_changed))
+    finally:
+        store.close()
     return Prepared(sweep, target, plan, accept_changed)
 
 
@@ -128,6 +127,14 @@ def apply(p: Prepared) -> Store:
         store.close()
         raise
     return store
+
+
+@dataclass
+class _Seen:
+    """Where the cells stood at the last look, for a launch's lines: per state, and per cell (state, attempts)."""
+
+    digest: tuple[tuple[str, int, int], ...]
+    steps: dict[str, tuple[str, int]]
 
 
 class Launcher:
@@ -196,7 +203,7 @@ class Launcher:
         """Show progress until every worker exited: a live table, or lines (also once the terminal went away)."""
         if self.live and self._wait_live(store):
             return
-        seen: dict[str, str] = {}
+        seen = self._first_lines(store)
         told = 0
         while self._alive():
             told = self._tell_stops(told)
@@ -253,25 +260,42 @@ class Launcher:
         )
         return Group(header.header(cells, fc, self.started_at, live=workers > 0), table)
 
-    def _print_changes(self, store: Store, seen: dict[str, str]) -> None:
-        for c in store.cells():
-            key = f"{c.state}:{c.attempts}"
-            if seen.get(c.id) == key:
-                continue
-            seen[c.id] = key
-            if c.state is CellState.QUEUED:
-                continue
-            bits = [f"{c.id} {c.state}"]
-            if c.state is CellState.RUNNING:
-                bits.append(f"attempt {c.attempts}")
-            if c.state is CellState.DONE and c.metrics:
-                bits.append(", ".join(f"{k}={render.fmt_num(v)}" for k, v in c.metrics.items() if k != "epoch"))
-            if c.last_reason and c.state is not CellState.DONE:
-                said = self._said(store, c)
-                bits.append(f"(last: {c.last_reason}: {said})" if said else f"(last: {c.last_reason})")
-            if c.state is CellState.FAILED:
-                bits.append(f"logs: {failures.logs_hint(c.id, self._where)}")
-            self.console.print("  ".join(bits), highlight=False)
+    def _first_lines(self, store: Store) -> _Seen:
+        """Lines for the first cells not queued (a root of 100,000 done cells is counted, not listed)."""
+        seen = _Seen(store.steps_digest(), store.cell_steps())
+        cells, count = store.cells_not_in(CellState.QUEUED, launch_summary.LISTED)
+        for c in cells:
+            self._print_cell(store, c)
+        if count > len(cells):
+            self.console.print(f"… and {count - len(cells):,} more cells not queued (sweepq status lists every cell)")
+        return seen
+
+    def _print_changes(self, store: Store, seen: _Seen) -> None:
+        """Lines for the cells whose state or attempt changed: looked for only when the counts per state moved."""
+        digest = store.steps_digest()
+        if digest == seen.digest:
+            return
+        seen.digest = digest
+        steps = store.cell_steps()
+        changed = [cell for cell, step in steps.items() if seen.steps.get(cell) != step]
+        seen.steps = steps
+        for c in store.cells_by_id(changed):
+            seen.steps[c.id] = (c.state, c.attempts)  # as told, should it have moved again meanwhile
+            if c.state is not CellState.QUEUED:
+                self._print_cell(store, c)
+
+    def _print_cell(self, store: Store, c: Any) -> None:
+        bits = [f"{c.id} {c.state}"]
+        if c.state is CellState.RUNNING:
+            bits.append(f"attempt {c.attempts}")
+        if c.state is CellState.DONE and c.metrics:
+            bits.append(", ".join(f"{k}={render.fmt_num(v)}" for k, v in c.metrics.items() if k != "epoch"))
+        if c.last_reason and c.state is not CellState.DONE:
+            said = self._said(store, c)
+            bits.append(f"(last: {c.last_reason}: {said})" if said else f"(last: {c.last_reason})")
+        if c.state is CellState.FAILED:
+            bits.append(f"logs: {failures.logs_hint(c.id, self._where)}")
+        self.console.print("  ".join(bits), highlight=False)
 
     @property
     def _where(self) -> str:
@@ -291,10 +315,10 @@ class Launcher:
 def exit_code(store: Store, interrupted: bool) -> int:
     if interrupted:
         return 130
-    cells = [c for c in store.cells() if not c.removed]
-    if any(c.state is CellState.FAILED for c in cells):
+    counts = store.census().counts  # the cells still in the file, by state
+    if counts.get(CellState.FAILED):
         return 1
-    if all(c.state in (CellState.DONE, CellState.CANCELLED) for c in cells):
+    if all(state in (CellState.DONE, CellState.CANCELLED) for state in counts):
         return 0
     return 1
 
@@ -346,7 +370,7 @@ def _run(store: Store, prepared: Prepared, launcher: Launcher, ready_fd: int | N
     if launcher.stops >= 2:
         reap(store, override=Outcome(Reason.PREEMPTED, note="hard stop (second interrupt): no emergency checkpoint"))
     interrupted = launcher.stops > 0
-    console.print(render.summary(store.cells()))
+    console.print(launch_summary.ending(store.census()))
     if interrupted:
         console.print("interrupted: run the same command again to resume")
     return exit_code(store, interrupted)

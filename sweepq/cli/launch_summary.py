@@ -5,35 +5,47 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from sweepq.cli import render
 from sweepq.queue import reconcile
+from sweepq.queue.definition import Census
 from sweepq.queue.states import CellState
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import Sweep
 
 
 def describe_start(store: Store, sweep: Sweep, root: Path, plan: reconcile.ReconcilePlan, console: Console) -> None:
-    """Say what this launch will do, in the user's words."""
+    """Say what this launch will do, in the user's words: counts, and the first cells of each kind by id."""
     for w in sweep.warnings:
         console.print(f"[yellow]warning:[/] {w}")
-    cells = [c for c in store.cells() if not c.removed]
-    done = [c.id for c in cells if c.state is CellState.DONE]
-    resume = [c for c in cells if c.state is CellState.INTERRUPTED]
-    queued = [c.id for c in cells if c.state is CellState.QUEUED]
-    console.print(f"sweep [bold]{sweep.settings.name}[/] at {render.shown_path(root)}: {len(cells)} cells")
-    if plan.new and len(plan.new) != len(cells):
-        console.print(f"  new cells: {listed([c.id for c in plan.new])}")
+    census = store.census(LISTED)  # counted in the database: a root of 100,000 cells is not loaded
+    console.print(f"sweep [bold]{sweep.settings.name}[/] at {render.shown_path(root)}: {census.total} cells")
+    if plan.new and len(plan.new) != census.total:
+        console.print(f"  new cells: {listed([c.id for c in plan.new[:LISTED]], len(plan.new))}")
     if plan.removed:
         console.print(f"  [yellow]no longer in the file (kept, not run):[/] {listed(plan.removed)}")
+    done, resume, queued = (census.counts.get(state, 0) for state in _TOLD)
     if done:
-        console.print(f"  skipping (done): {listed(done)}")
+        console.print(f"  skipping (done): {listed(census.first[CellState.DONE], done)}")
     if resume:
         program = sweep.settings.program is not None
-        points = [_resume_point(store, c.id, program) for c in resume[:LISTED]]
-        console.print(f"  resuming first: {listed(points, len(resume))}")
+        points = [_resume_point(store, cell, program) for cell in census.first[CellState.INTERRUPTED]]
+        console.print(f"  resuming first: {listed(points, resume)}")
     if queued:
-        console.print(f"  queued: {listed(queued)}")
+        console.print(f"  queued: {listed(census.first[CellState.QUEUED], queued)}")
+
+
+_TOLD = (CellState.DONE, CellState.INTERRUPTED, CellState.QUEUED)
+
+
+def ending(census: Census) -> Text:
+    """The launch's last line: how many cells are in each state (render.summary's words, from counts)."""
+    parts = [f"{census.counts[s]} {s}" for s in CellState if census.counts.get(s)]
+    line = Text(f"{census.total} cells: " + ", ".join(parts))
+    if census.removed:
+        line.append(f" ({census.removed} no longer in the sweep file)", style="dim")
+    return line
 
 
 LISTED = 20  # cell ids named in one line of the launch's summary; a 100,000-cell sweep gets a count

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console, Group, RenderableType
 
-from sweepq.cli import failures, header, render, render_cell
+from sweepq.cli import failures, header, json_stream, render, render_cell
 from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
 from sweepq.errors import UsageError
-from sweepq.execution import usage_text
 from sweepq.spec.sweep import select_cells
 
 if TYPE_CHECKING:
+    from sweepq.queue.records import CellRecord
     from sweepq.queue.store import Store
+
+_RUNNING = "running"  # CellState.RUNNING as the cells table stores it
 
 
 def is_place(arg: str | None) -> bool:
@@ -61,58 +65,106 @@ all_params_option = click.option(
 @click.option(
     "--every", default=2.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS", help="With --watch."
 )
+@click.option("--all", "all_rows", is_flag=True, help="Every cell a row, however large the sweep.")
 @all_params_option
 @friendly
-def status(spec: str | None, root: str | None, as_json: bool, watch: bool, every: float, all_params: bool) -> None:
+def status(
+    spec: str | None, root: str | None, as_json: bool, watch: bool, every: float, all_rows: bool, all_params: bool
+) -> None:
     """Every cell at a glance: state, progress, the cfg keys that vary, metrics, attempts, why a cell failed.
 
     SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
+    A sweep of more than 50 cells shows the cells that need attention (running, interrupted, failed,
+    waiting to retry: the first 20 not running) and its 5 best done cells; --all shows every row.
     Columns that do not fit the terminal are left out (a footnote names them); --json has everything.
     """
     with reading(spec, root) as store:
-        metric = store.settings().metric
         if as_json:
-            fc, stalls = store.forecast(status_workers(store)[0]), store.stalls()
-            usages = usage_text.latest_by_cell(store.attempts())
-            print_json(
-                [
-                    c.to_json()
-                    | {
-                        "cfg": c.cfg,
-                        "alive": _alive(store, c),
-                        "eta_seconds": fc.cell_seconds_left(c.id),
-                        "rate_steps_per_second": fc.steps_per_second(c.id),
-                        "no_progress_seconds": stalls.get(c.id),
-                        "usage": usages.get(c.id),
-                    }
-                    for c in store.cells()
-                ]
-            )
+            json_stream.write_list(status_json(store), sys.stdout)
             return
 
         def table() -> RenderableType:
-            cells = store.cells()
-            workers, live = status_workers(store)
-            fc = store.forecast(workers)
-            etas, rates = header.per_cell(fc, cells)
-            return Group(
-                header.header(cells, fc, fc.began, live),
-                render.status_table(
-                    cells,
-                    metric,
-                    dead=_dead_running(store),
-                    etas=etas,
-                    rates=rates,
-                    all_params=all_params,
-                    usages=usage_text.latest_by_cell(store.attempts()),
-                    **_told(store),
-                ),
-            )
+            return status_view(store, all_rows, all_params)
 
         if watch:
             _watch(store, out(), every, table)
         else:
             out().print(table())
+
+
+@dataclass(frozen=True)
+class Listing:
+    """How much of a sweep `status` lists without --all."""
+
+    whole_up_to: int = 50  # a sweep of up to this many cells (gone ones included) shows every row
+    troubled: int = 20  # interrupted, failed and waiting-to-retry cells shown, the first in cell order
+    best: int = 5  # done cells shown, the best by the sweep's metric (without one: the last finished)
+
+
+LISTING = Listing()
+
+
+def status_view(store: Store, all_rows: bool, all_params: bool, listing: Listing = LISTING) -> RenderableType:
+    """The header and the table: every cell, or on a large sweep those `attention` picks and a footer."""
+    metric = store.settings().metric
+    census = store.census()
+    workers, live = status_workers(store)
+    fc = store.forecast(workers)
+    footer = None
+    if all_rows or census.total + census.removed <= listing.whole_up_to:
+        cells = store.cells()
+        head = header.header(cells, fc, fc.began, live)
+    else:
+        cells, why = attention(store, listing)
+        footer = render.status_footer(census.counts, census.removed, len(cells), why)
+        head = header.header_of_counts(census.counts, fc, fc.began, live)
+    etas, rates = header.per_cell(fc, cells)
+    usages = store.usages(None if footer is None else [c.id for c in cells])
+    table = render.status_table(
+        cells,
+        metric,
+        dead=_dead_running(store, cells),
+        etas=etas,
+        rates=rates,
+        all_params=all_params,
+        usages=usages,
+        footer=footer,
+        **_told(store, cells),
+    )
+    return Group(head, table)
+
+
+def attention(store: Store, listing: Listing = LISTING) -> tuple[list[CellRecord], str]:
+    """The cells of a large sweep that `status` shows, and in words which: every running cell (a stalled
+    one, one whose owner died), the first interrupted, failed or waiting to retry, then the best done.
+    One query a part, each reading only the rows it shows."""
+    from sweepq.queue.states import CellState
+
+    metric = store.settings().metric
+    running = store.cells_in([CellState.RUNNING])
+    troubled = store.cells_in([CellState.INTERRUPTED, CellState.FAILED], listing.troubled, backing_off=True)
+    best = store.best_done(metric.goal if metric else None, listing.best)
+    done = f"the {listing.best} best done by {metric.name}" if metric else f"the {listing.best} last done"
+    why = f"shown: every running cell, the first {listing.troubled} interrupted, failed or waiting to retry, {done}"
+    return [*running, *troubled, *best], why
+
+
+def status_json(store: Store) -> Iterator[dict[str, Any]]:
+    """Every cell's `status --json` object, in cell order, read as plain rows and made one at a time."""
+    from sweepq.queue import liveness
+    from sweepq.queue.rows import cell_json
+
+    fc, stalls, usages = store.forecast(status_workers(store)[0]), store.stalls(), store.usages()
+    owners = liveness.for_root(store.root)
+    for r in store.cell_rows():
+        yield cell_json(r) | {
+            "cfg": {} if r.cfg is None else r.cfg,
+            "alive": owners.owner_alive(r.id) if r.state == _RUNNING else None,
+            "eta_seconds": fc.cell_seconds_left(r.id),
+            "rate_steps_per_second": fc.steps_per_second(r.id),
+            "no_progress_seconds": stalls.get(r.id),
+            "usage": usages.get(r.id),
+        }
 
 
 def status_workers(store: Store) -> tuple[int, bool]:
@@ -150,14 +202,19 @@ def _watch(store: Store, con: Console, every: float, table: Callable[[], Rendera
         pass  # how a watch ends: not an error
 
 
-def _told(store: Store) -> dict[str, Any]:
+def _told(store: Store, cells: list[CellRecord]) -> dict[str, Any]:
     """What status says beyond the columns: cells without progress, why cells failed, a full disk's words."""
-    return {"stalls": store.stalls(), "notes": told_notes(store, store.cells())}
+    return {"stalls": store.stalls(), "notes": told_notes(store, cells)}
 
 
-def told_notes(store: Store, cells: list[Any]) -> dict[str, str]:
-    """The status table's notes: why each failed cell failed (and where its logs are), a full disk's words."""
-    told = failures.failure_notes(cells, lambda reason: store.attempts(reason=reason), render.shown_path(store.root))
+def told_notes(store: Store, cells: list[CellRecord]) -> dict[str, str]:
+    """The status table's notes: why each failed cell failed (and where its logs are), a full disk's words.
+
+    The newest attempts of the cells told, in one read, not every attempt that ended the same way."""
+    last = store.last_attempts([c.id for c in cells if failures.told_failure(c)])
+    told = failures.failure_notes(
+        cells, lambda reason: [a for a in last if a.reason == reason], render.shown_path(store.root)
+    )
     return told | store.fault_notes()  # the disk's own words say more than its exception
 
 
@@ -171,8 +228,8 @@ def _alive(store: Store, cell: Any) -> bool | None:
     return liveness.for_root(store.root).owner_alive(cell.id)
 
 
-def _dead_running(store: Store) -> set[str]:
-    return {c.id for c in store.cells() if _alive(store, c) is False}
+def _dead_running(store: Store, cells: list[CellRecord]) -> set[str]:
+    return {c.id for c in cells if _alive(store, c) is False}
 
 
 @main.command()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -149,9 +149,13 @@ DEAD_NOTE = "no live process: reaped at the next launch"
 
 def summary(cells: Sequence[CellRecord]) -> Text:
     counts = Counter(c.state for c in cells if not c.removed)
-    parts = [f"{counts[s]} {s}" for s in CellState if counts[s]]
+    return summary_of_counts(counts, sum(1 for c in cells if c.removed))
+
+
+def summary_of_counts(counts: Mapping[CellState, int], removed: int) -> Text:
+    """The cells still in the sweep counted by state, and those gone from its file (Store.census)."""
+    parts = [f"{counts[s]} {s}" for s in CellState if counts.get(s)]
     line = Text(f"{sum(counts.values())} cells: " + ", ".join(parts))
-    removed = sum(1 for c in cells if c.removed)
     if removed:
         line.append(f" ({removed} no longer in the sweep file)", style="dim")
     return line
@@ -169,13 +173,16 @@ def status_table(
     all_params: bool = False,
     usages: dict[str, dict[str, Any]] | None = None,
     rates: dict[str, float] | None = None,
+    footer: RenderableType | None = None,
 ) -> RenderableType:
     """`etas`: seconds until each cell ends (the forecast's, header.per_cell);
     `stalls`: seconds without progress of running cells past their threshold (Store.stalls);
     `notes`: what the last attempt of a cell said, when its machine failed it (Store.fault_notes);
     `all_params`: every cfg key, not only those that vary across the cells;
     `usages`: each cell's CPU/GPU use from its newest attempt (usage_text.latest_by_cell);
-    `rates`: each cell's measured steps per second (header.per_cell)."""
+    `rates`: each cell's measured steps per second (header.per_cell);
+    `footer`: what ends a table of some of the sweep's cells (status_footer), in place of the summary
+    of the cells shown and of the cfg keys the same in every one of them (true of the rows shown only)."""
     dead, etas, usages, rates = dead or set(), etas or {}, usages or {}, rates or {}
     told = _Told(stalls or {}, notes or {}, now or datetime.now(UTC))
     mname = metric.name if metric else next((metric_of(c, None)[0] for c in cells if c.metrics), "")
@@ -215,7 +222,16 @@ def status_table(
         ),
     ]
     table = FittedTable(cols, kept=kept("status"), title=title)
+    if footer is not None:
+        return Group(table, Text(""), footer)
     return Group(table, params.Constants([c.cfg for c in cells], all_params), Text(""), summary(cells))
+
+
+def status_footer(counts: Mapping[CellState, int], removed: int, shown: int, why: str) -> Group:
+    """Under a table of some of the sweep's cells: how many it left out and why, then the counts."""
+    total = sum(counts.values()) + removed
+    line = Text(f"{total - shown:,} of {total:,} cells not shown ({why}): --all shows every row", style="dim")
+    return Group(line, summary_of_counts(counts, removed))
 
 
 def _joined(*parts: str | None) -> str:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
 
-from sweepq.cli import render
-from sweepq.cli.app import friendly, json_option, main, out, print_json
-from sweepq.cli.launch import launch, resolve_root
+from sweepq.cli.app import friendly, json_option, main, out
 from sweepq.errors import UsageError
-from sweepq.queue.database import Database
-from sweepq.spec.sweep import load_sweep
+from sweepq.spec.sweep import Sweep, load_sweep
+
+# `plan` needs neither the queue nor the launch machinery: they are imported by the commands that use them.
 
 
 @main.command()
@@ -26,20 +27,51 @@ def plan(spec: str, as_json: bool) -> None:
 
     sweep = load_sweep(spec)
     checked = preflight(sweep, spec)  # the root, the program, every command line; ${envvar:NAME} shown as ***
-    root = checked.root
-    rows = []
-    for c in sweep.cells:
-        row: dict[str, Any] = {"cell": c.id, "group": c.group_name, "cfg": c.cfg, "cfg_hash": c.cfg_hash}
-        if c.id in checked.commands:
-            row["command"] = checked.commands[c.id]
-        rows.append(row)
     for w in sweep.warnings:
         click.echo(f"warning: {w}", err=True)
     if as_json:
-        print_json(rows)
+        _print_json(sweep, checked.commands)
         return
+    _print_table(sweep, checked.root, list(_rows(sweep, checked.commands)))
+
+
+def _rows(sweep: Sweep, commands: dict[str, list[str]]) -> Iterator[dict[str, Any]]:
+    for c in sweep.cells:
+        row: dict[str, Any] = {"cell": c.id, "group": c.group_name, "cfg": c.cfg, "cfg_hash": c.cfg_hash}
+        if c.id in commands:
+            row["command"] = commands[c.id]
+        yield row
+
+
+_ENCODE = json.JSONEncoder(default=str, allow_nan=False).encode  # one encoder: json.dumps builds one a call
+
+
+def _print_json(sweep: Sweep, commands: dict[str, list[str]]) -> None:
+    """A JSON list, one cell a line: each row written as it is encoded, so 100,000 cells take little memory.
+
+    A row is {"cell", "group", "cfg", "cfg_hash"} and, for program cells, "command": the text of
+    each value is encoded once where it is the same for many rows (a group's name).
+    """
+    stream = sys.stdout
+    opening = "["
+    groups: dict[str, str] = {}
+    for c in sweep.cells:
+        group = groups.get(c.group_name) or groups.setdefault(c.group_name, _ENCODE(c.group_name))
+        command = f', "command": {_ENCODE(commands[c.id])}' if c.id in commands else ""
+        cfg = _ENCODE(c.cfg)
+        stream.write(
+            f'{opening}\n  {{"cell": "{c.id}", "group": {group}, "cfg": {cfg}, "cfg_hash": "{c.cfg_hash}"{command}}}'
+        )
+        opening = ","
+    stream.write("[]\n" if opening == "[" else "\n]\n")
+    stream.flush()
+
+
+def _print_table(sweep: Sweep, root: Path, rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
     from rich.text import Text
+
+    from sweepq.cli import render
 
     table = Table(box=None, header_style="bold")
     for col in ("cell", "group", "cfg") + (("command",) if rows and "command" in rows[0] else ()):
@@ -91,6 +123,7 @@ def launch_cmd(
         from sweepq.cli.background import launch_detached
 
         sys.exit(launch_detached(spec, root, workers, gpu_list, accept_changed))
+    from sweepq.cli.launch import launch
     from sweepq.cli.terminal import Terminal
 
     terminal = Terminal()
@@ -105,8 +138,10 @@ def launch_cmd(
 @friendly
 def worker(root: str, name: str | None, parent_pid: int | None) -> None:
     """Run one worker on an existing sweep root (for other machines and schedulers)."""
+    from sweepq.cli.launch import resolve_root
     from sweepq.execution.procs import die_with_parent
     from sweepq.execution.worker import Worker
+    from sweepq.queue.database import Database
 
     if parent_pid is not None:
         die_with_parent(parent_pid)

@@ -1,22 +1,56 @@
-"""What the queue holds: the sweep's settings row and its cells, written from a reconcile plan."""
+"""What the queue holds: the sweep's settings row and its cells, written from a reconcile plan.
+
+A sweep may hold 100,000 cells, so cells are compared by id and cfg hash in one
+query (a cfg is read only for a cell whose hash changed) and written as bulk
+inserts and updates, batch by batch, inside the reconcile's one write transaction.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import islice
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import BindParameter, Dialect, String, Table, bindparam, func, insert, select, type_coerce, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
 
-from sweepq.queue.models import CellRow, SweepRow
+from sweepq.queue.models import CellRow, EventRow, SweepRow
+from sweepq.queue.reconcile import Cfg, Existing
+from sweepq.queue.records import CellRecord
+from sweepq.queue.rows import cell_record, json_safe
 from sweepq.queue.states import CellState
 from sweepq.queue.transactions import StoreBase
-from sweepq.spec.sweep import Settings
+from sweepq.spec.sweep import CellSpec, Settings
 
 if TYPE_CHECKING:
     from sweepq.queue.reconcile import ReconcilePlan as Plan
 
-Existing = dict[str, tuple[str, dict[str, Any], bool]]  # cell id -> (cfg_hash, cfg, removed)
+__all__ = ["Census", "Existing", "StoreDefinition"]
+
+BATCH = 2000  # rows a bulk statement carries: memory stays flat however many cells a sweep has
+_CELLS = cast(Table, CellRow.__table__)
+_EVENTS = cast(Table, EventRow.__table__)
+_ID: BindParameter[str] = bindparam("cell_id")
+_STEPS = select(CellRow.id, CellRow.state, CellRow.attempts)
+_HASHES = select(CellRow.id, CellRow.cfg_hash, CellRow.removed)
+_EPOCH = datetime(1970, 1, 1)  # naive, as SQLite keeps UTC times
+
+
+@dataclass(frozen=True)
+class Census:
+    """How many cells are in each state, and which come first (cells gone from the sweep file counted apart)."""
+
+    counts: dict[CellState, int]
+    first: dict[CellState, list[str]]  # the first ids of each state, in cell order
+    removed: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
 
 
 class StoreDefinition(StoreBase):
@@ -39,12 +73,24 @@ class StoreDefinition(StoreBase):
             row.settings, row.updated_at = settings.to_json(), now
 
     def existing_cfgs(self, session: Session | None = None) -> Existing:
-        """cell id -> (cfg_hash, cfg, removed) for every stored cell."""
+        """cell id -> (cfg_hash, cfg, removed) for every stored cell, cfgs included."""
         if session is None:
             with self._read() as s:
                 return self.existing_cfgs(s)
         rows = session.execute(select(CellRow.id, CellRow.cfg_hash, CellRow.cfg, CellRow.removed))
-        return {r.id: (r.cfg_hash, r.cfg, r.removed) for r in rows}
+        return Existing((r.id, (r.cfg_hash, r.cfg, r.removed)) for r in rows)
+
+    def existing_hashes(self, session: Session) -> Existing:
+        """cell id -> (cfg_hash, None, removed): the cfgs are read on demand, in `session`, by `read_cfgs`."""
+        rows = session.connection().execute(_HASHES).fetchall()  # plain rows, at once: a row at a time costs more
+        return Existing(
+            ((cell, (digest, None, removed)) for cell, digest, removed in rows), lambda ids: _cfgs(session, ids)
+        )
+
+    def read_reconcile(self, planner: Callable[[Existing], Plan]) -> Plan:
+        """Plan against the stored cells in one read transaction, writing nothing (a launch's first check)."""
+        with self._read() as s:
+            return planner(self.existing_hashes(s))
 
     def apply_reconcile(self, settings: Settings, spec_path: str | None, planner: Callable[[Existing], Plan]) -> Plan:
         """Plan against the stored cells and write the plan, in one write transaction.
@@ -54,39 +100,160 @@ class StoreDefinition(StoreBase):
         first one's cells. A planner that raises leaves nothing written.
         """
         with self._write() as s:
-            plan = planner(self.existing_cfgs(s))
+            plan = planner(self.existing_hashes(s))
             self.save_sweep(settings, spec_path, s)
             self._apply(s, plan)
         return plan
 
+    def done_cells(self) -> list[tuple[str, float | None]]:
+        """(id, finished_at in seconds since the epoch) of every done cell: what checking its DONE.json needs."""
+        finished = type_coerce(CellRow.finished_at, String)  # as stored: parsed below, ten times faster
+        with self._read() as s:
+            rows = s.connection().execute(select(CellRow.id, finished).where(CellRow.state == CellState.DONE))
+            return [(cell, _seconds(at)) for cell, at in rows.fetchall()]
+
+    def unfinished_cells(self) -> list[tuple[str, str]]:
+        """(id, cfg_hash) of every cell neither done nor running: those a DONE.json could finish."""
+        settled = (CellState.DONE, CellState.RUNNING)
+        with self._read() as s:
+            rows = s.connection().execute(select(CellRow.id, CellRow.cfg_hash).where(CellRow.state.not_in(settled)))
+            return [(cell, cfg_hash) for cell, cfg_hash in rows.fetchall()]
+
+    def census(self, listed: int = 0) -> Census:
+        """The cells counted by state (those gone from the file apart), and the first `listed` ids of each state."""
+        live = CellRow.removed.is_(False)
+        order = (CellRow.group_number, CellRow.index)
+        with self._read() as s:
+            rows = s.execute(
+                select(CellRow.state, CellRow.removed, func.count()).group_by(CellRow.state, CellRow.removed)
+            )
+            counts: dict[CellState, int] = {}
+            removed = 0
+            for state, gone, count in rows:
+                if gone:
+                    removed += count
+                else:
+                    counts[CellState(state)] = count
+            first: dict[CellState, list[str]] = {}
+            if listed > 0:
+                ids = select(CellRow.id).where(live, CellRow.state == bindparam("state")).order_by(*order).limit(listed)
+                first = {state: list(s.scalars(ids, {"state": str(state)})) for state in counts}
+        return Census(counts, first, removed)
+
+    def steps_digest(self) -> tuple[tuple[str, int, int], ...]:
+        """Per state, its cells and their attempts summed: it moves whenever a cell's state or attempt does."""
+        q = select(CellRow.state, func.count(), func.sum(CellRow.attempts)).group_by(CellRow.state)
+        with self._read() as s:
+            return tuple((state, count, int(attempts or 0)) for state, count, attempts in s.execute(q))
+
+    def cells_by_id(self, ids: list[str]) -> list[CellRecord]:
+        """The records of these cells, in cell order."""
+        found: list[CellRecord] = []
+        with self._read() as s:
+            for batch in _batches(iter(ids)):
+                found.extend(cell_record(r) for r in s.scalars(select(CellRow).where(CellRow.id.in_(batch))))
+        return sorted(found, key=lambda c: (c.group, c.index))
+
+    def cell_steps(self) -> dict[str, tuple[str, int]]:
+        """cell id -> (state, attempts) of every cell: where each stands, without loading its record."""
+        with self._read() as s:
+            return {cell: (state, attempts) for cell, state, attempts in s.connection().execute(_STEPS).fetchall()}
+
+    def cells_not_in(self, state: CellState, limit: int) -> tuple[list[CellRecord], int]:
+        """The first `limit` cells in any state but `state`, in cell order, and how many there are in all."""
+        other = CellRow.state != state
+        with self._read() as s:
+            count = s.scalar(select(func.count()).select_from(CellRow).where(other)) or 0
+            q = select(CellRow).where(other).order_by(CellRow.group_number, CellRow.index).limit(limit)
+            return [cell_record(r) for r in s.scalars(q)], count
+
     def _apply(self, s: Session, plan: Plan) -> None:
         now = self.clock()
-        for c in plan.new:
-            s.add(
-                CellRow(
-                    id=c.id,
-                    group_number=c.group,
-                    index=c.index,
-                    group_name=c.group_name,
-                    cfg=c.cfg,
-                    cfg_hash=c.cfg_hash,
-                    state=CellState.QUEUED,
-                    attempts=0,
-                    budget_base=0,
-                    cancel_requested=False,
-                    removed=False,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
-        for c, diff in plan.changed:
-            row = s.get(CellRow, c.id)
-            assert row is not None
-            row.cfg, row.cfg_hash, row.updated_at = c.cfg, c.cfg_hash, now
-            self._event(s, c.id, "cfg_changed", {"changes": diff, "accepted": True})
-        for cid in plan.removed:
-            s.execute(update(CellRow).where(CellRow.id == cid).values(removed=True, updated_at=now))
-            self._event(s, cid, "removed_from_spec", {})
-        for cid in plan.returned:
-            s.execute(update(CellRow).where(CellRow.id == cid).values(removed=False, updated_at=now))
-            self._event(s, cid, "returned_to_spec", {})
+        _insert_cells(s, plan.new, now)
+        changed = [{"cell_id": c.id, "new_cfg": c.cfg, "new_hash": c.cfg_hash} for c, _ in plan.changed]
+        self._update(s, changed, now, cfg=bindparam("new_cfg"), cfg_hash=bindparam("new_hash"))
+        self._events(s, ((c.id, "cfg_changed", {"changes": diff, "accepted": True}) for c, diff in plan.changed))
+        self._update(s, [{"cell_id": cid} for cid in plan.removed], now, removed=True)
+        self._events(s, ((cid, "removed_from_spec", {}) for cid in plan.removed))
+        self._update(s, [{"cell_id": cid} for cid in plan.returned], now, removed=False)
+        self._events(s, ((cid, "returned_to_spec", {}) for cid in plan.returned))
+
+    @staticmethod
+    def _update(s: Session, params: list[dict[str, Any]], now: Any, **values: Any) -> None:
+        statement = update(_CELLS).where(_CELLS.c.id == _ID).values(updated_at=now, **values)
+        for rows in _batches(params):
+            s.execute(statement, rows)
+
+    def _events(self, s: Session, events: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
+        at = self.clock()
+        rows = ({"cell_id": cell, "at": at, "kind": kind, "detail": json_safe(detail)} for cell, kind, detail in events)
+        for batch in _batches(rows):
+            s.execute(insert(_EVENTS), batch)
+
+
+def _insert_cells(s: Session, cells: list[CellSpec], now: datetime) -> None:
+    """New cells, queued, inserted batch by batch through the driver's executemany.
+
+    Each column's value is put in the database's terms by its type (as SQLAlchemy
+    would), once for the values every new cell shares: per cell, only its cfg is
+    encoded. Through the ORM or a Core insert, turning 100,000 rows' parameters
+    into the driver's took ten times longer than the driver took to insert them.
+    """
+    connection = s.connection()
+    dialect = connection.dialect
+    shared = {
+        "state": CellState.QUEUED.value,
+        "attempts": 0,
+        "budget_base": 0,
+        "cancel_requested": False,
+        "removed": False,
+        "created_at": now,
+        "updated_at": now,
+    }
+    shared = {key: _bound(key, value, dialect) for key, value in shared.items()}
+    encode = _CELLS.c.cfg.type.dialect_impl(dialect).bind_processor(dialect) or (lambda cfg: cfg)
+    keys = ["id", "group_number", "index", "group_name", "cfg", "cfg_hash", *shared]
+    compiled = insert(_CELLS).compile(dialect=dialect, column_keys=keys)
+    same = tuple(shared.values())
+    for batch in _batches(iter(cells)):
+        rows = [(c.id, c.group, c.index, c.group_name, encode(c.cfg), c.cfg_hash, *same) for c in batch]
+        connection.exec_driver_sql(compiled.string, _in_order(compiled, keys, rows))
+
+
+def _in_order(compiled: SQLCompiler, keys: list[str], rows: list[tuple[Any, ...]]) -> Any:
+    """Rows of values in `keys`' order as the driver takes them for `compiled`: tuples in its order, or mappings."""
+    if not compiled.positional:
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+    order = [keys.index(name) for name in compiled.positiontup or ()]
+    if order == list(range(len(keys))):
+        return rows
+    pick = itemgetter(*order)
+    return [pick(row) for row in rows]
+
+
+def _bound(key: str, value: Any, dialect: Dialect) -> Any:
+    process = _CELLS.c[key].type.dialect_impl(dialect).bind_processor(dialect)  # as the dialect's own type does
+    return value if process is None else process(value)
+
+
+def _seconds(stored: str | datetime | None) -> float | None:
+    """A stored UTC time in seconds since the epoch: SQLite keeps it as ISO text (naive, UTC); a driver
+    with a time type of its own hands over a datetime."""
+    if stored is None:
+        return None
+    if isinstance(stored, datetime):
+        return stored.timestamp()
+    return (datetime.fromisoformat(stored) - _EPOCH).total_seconds()
+
+
+def _cfgs(s: Session, ids: list[str]) -> Mapping[str, Cfg]:
+    found: dict[str, Cfg] = {}
+    for batch in _batches(iter(ids)):
+        found.update((r.id, r.cfg) for r in s.execute(select(CellRow.id, CellRow.cfg).where(CellRow.id.in_(batch))))
+    return found
+
+
+def _batches(items: Iterator[Any] | list[Any]) -> Iterator[list[Any]]:
+    it = iter(items)
+    while batch := list(islice(it, BATCH)):
+        yield batch

@@ -10,11 +10,14 @@ with a dead process cost nothing.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from sweepq.atomic import read_json
 from sweepq.checkpoint import marker, storage
 from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
 from sweepq.evidence import Evidence, Witness
-from sweepq.layout import CellPaths
+from sweepq.layout import CELLS_DIR, DONE_NAME, CellPaths
 from sweepq.outcome import account_of, decide
 from sweepq.queue import liveness
 from sweepq.queue.records import Outcome
@@ -129,20 +132,55 @@ def reap(
 def reconcile_markers(store: Store) -> list[tuple[str, str]]:
     """DONE.json wins over the database: repair cells it says are done, requeue done cells without one.
 
-    Running cells are left to the reaper (their owner's liveness decides).
+    Running cells are left to the reaper (their owner's liveness decides). A relaunch
+    of 100,000 done cells must not read 100,000 markers: a cell the queue calls done
+    costs one stat of its DONE.json, which is read again only when it was written
+    after the queue heard the cell finish (its mtime is later than the cell's
+    finished_at: the marker is written first, the queue told after). A marker gone
+    is seen by that stat; one damaged or replaced since is read, and requeued if it
+    is no marker. The mtime, not the ctime: a root copied with its times (cp -a,
+    rsync -a) keeps its mtimes, and a copy would otherwise read every marker on every
+    relaunch. Cells not done are read only where they have a folder.
     """
     changes = []
-    for rec in store.cells():
-        if rec.state is CellState.RUNNING:
+    folders = _cell_folders(store.root)
+    cells_dir = f"{store.root}/{CELLS_DIR}"  # text, not Path: 100,000 Path joins cost seconds
+    for cell, finished_at in store.done_cells():
+        if folders is not None and cell not in folders:
+            why: str | None = "no DONE.json"
+        elif _unchanged(f"{cells_dir}/{cell}/{DONE_NAME}", finished_at):
+            continue  # as it was when the queue heard: it was a marker then
+        else:
+            why = marker.load_done(CellPaths(store.root, cell))[1]
+        if why is not None and store.requeue_missing_marker(cell, why):
+            changes.append((cell, f"requeued: {why}"))
+    if folders == set():
+        return changes  # no cell ever started here: no marker to find
+    for cell, cfg_hash in store.unfinished_cells():
+        if folders is not None and cell not in folders:
             continue
-        paths = CellPaths(store.root, rec.id)
-        if rec.state is CellState.DONE:
-            _, why = marker.load_done(paths)  # no marker (or none of its shape): not done, trained as if new
-            if why is not None and store.requeue_missing_marker(rec.id, why):
-                changes.append((rec.id, f"requeued: {why}"))
-            continue
-        done, _ = marker.verify_done(paths, rec.cfg_hash)
-        if done is not None and store.repair_done(rec.id, done):
-            sync_checkpoints(store, rec.id, owner=False)  # not taken: a damaged checkpoint is left as it is
-            changes.append((rec.id, "done: repaired from DONE.json"))
+        done, _ = marker.verify_done(CellPaths(store.root, cell), cfg_hash)
+        if done is not None and store.repair_done(cell, done):
+            sync_checkpoints(store, cell, owner=False)  # not taken: a damaged checkpoint is left as it is
+            changes.append((cell, "done: repaired from DONE.json"))
     return changes
+
+
+def _unchanged(done: str, finished_at: float | None) -> bool:
+    """Whether the DONE.json at `done` is there and was last written before `finished_at` (epoch seconds)."""
+    try:
+        written = os.stat(done).st_mtime
+    except OSError:
+        return False  # gone, or unreadable: load_done says which
+    return finished_at is not None and written <= finished_at
+
+
+def _cell_folders(root: Path) -> set[str] | None:
+    """The names of the cell folders on disk, from one listing (None: it cannot be listed, ask each cell)."""
+    try:
+        with os.scandir(root / CELLS_DIR) as entries:
+            return {entry.name for entry in entries if entry.is_dir()}
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    except OSError:
+        return None

@@ -7,11 +7,31 @@ Store.apply_reconcile (so two launches starting at once agree).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sweepq.errors import DriftError
 from sweepq.spec.sweep import CellSpec, Sweep
+
+Cfg = dict[str, Any]
+Stored = tuple[str, Cfg | None, bool]  # (cfg_hash, cfg or None when it was not read, removed)
+#: Changed cells named one a line in the refusal; past this many, a count.
+LISTED = 20
+
+
+class Existing(dict[str, Stored]):
+    """The cells a root holds: cell id -> (cfg_hash, cfg, removed).
+
+    A root of 100,000 cells is compared with its file by hash alone: a cfg left None
+    was not read, and `read_cfgs` reads those the diffs of changed cells need.
+    """
+
+    def __init__(
+        self, rows: Iterable[tuple[str, Stored]] = (), read_cfgs: Callable[[list[str]], Mapping[str, Cfg]] | None = None
+    ) -> None:
+        super().__init__(rows)
+        self.read_cfgs = read_cfgs
 
 
 @dataclass
@@ -39,26 +59,42 @@ def cfg_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) or (k in a) != (k in b)}
 
 
-def plan(sweep: Sweep, existing: dict[str, tuple[str, dict[str, Any], bool]], accept_changed: bool) -> ReconcilePlan:
+def plan(sweep: Sweep, existing: Mapping[str, Stored], accept_changed: bool) -> ReconcilePlan:
     """Compare the file's cells with the root's; raise DriftError on changed cfgs unless accepted."""
     p = ReconcilePlan()
     in_file = set()
+    changed = []
     for cell in sweep.cells:
         in_file.add(cell.id)
-        if cell.id not in existing:
+        stored = existing.get(cell.id)
+        if stored is None:
             p.new.append(cell)
             continue
-        old_hash, old_cfg, removed = existing[cell.id]
+        old_hash, _, removed = stored
         if removed:
             p.returned.append(cell.id)
         if old_hash != cell.cfg_hash:
-            p.changed.append((cell, cfg_diff(old_cfg, cell.cfg)))
+            changed.append(cell)
         else:
             p.unchanged += 1
+    old = _old_cfgs(existing, [cell.id for cell in changed])
+    p.changed = [(cell, cfg_diff(old[cell.id], cell.cfg)) for cell in changed]
     p.removed = [cid for cid, (_, _, removed) in existing.items() if cid not in in_file and not removed]
     if p.changed and not accept_changed:
         raise DriftError(drift_message(sweep, p.changed))
     return p
+
+
+def _old_cfgs(existing: Mapping[str, Stored], cells: list[str]) -> dict[str, Cfg]:
+    """The stored cfgs of `cells`, read now where the root was compared by hash."""
+    cfgs = {cid: existing[cid][1] for cid in cells}
+    unread = [cid for cid, cfg in cfgs.items() if cfg is None]
+    if unread:
+        read = existing.read_cfgs if isinstance(existing, Existing) else None
+        if read is None:
+            raise ValueError("the stored cells were read without their cfgs, and with no way to read them")
+        cfgs.update(read(unread))
+    return {cid: cfg for cid, cfg in cfgs.items() if cfg is not None}
 
 
 def drift_message(sweep: Sweep, changed: list[tuple[CellSpec, dict[str, Any]]]) -> str:
@@ -66,9 +102,11 @@ def drift_message(sweep: Sweep, changed: list[tuple[CellSpec, dict[str, Any]]]) 
         f"{sweep.path.name} now gives {len(changed)} existing cell(s) a different cfg; "
         "their checkpoints and results belong to the old one:"
     ]
-    for cell, diff in changed:
+    for cell, diff in changed[:LISTED]:
         parts = ", ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in diff.items())
         lines.append(f"  {cell.id}: {parts}")
+    if len(changed) > LISTED:
+        lines.append(f"  … and {len(changed) - LISTED:,} more cells whose cfg changed")
     lines.append(
         "Nothing was changed. Put the new values in new cells (a new group), use a new root, or "
         "relaunch with --accept-changed to give these cells the new cfg (recorded in their history)."

@@ -9,7 +9,8 @@ from enum import Enum
 from typing import Any, TypeVar, get_origin, get_type_hints
 
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
-from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
+from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord, iso
+from sweepq.queue.states import CellState
 
 _R = TypeVar("_R", CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
 
@@ -68,3 +69,35 @@ def _record(cls: type[_R], row: Any, renamed: Mapping[str, str]) -> _R:
         value = getattr(row, renamed.get(name, name))
         values[name] = convert(value) if convert is not None else value
     return cls(**values)
+
+
+_DONE = str(CellState.DONE)
+
+
+def cell_json(r: Any) -> dict[str, Any]:
+    """A cells-table row's JSON, exactly as `cell_record(r).to_json()` gives it, without the record:
+    `status --json` lists every cell of sweeps of any size."""
+    step, total = r.step, r.total_steps
+    if r.state == _DONE:
+        progress: float | None = 1.0
+    else:
+        progress = None if not total or step is None else max(0.0, min(1.0, step / total))
+    return {
+        "cell": r.id,
+        "group": r.group_name,
+        "state": str(CellState(r.state)),
+        "step": step,
+        "total_steps": total,
+        "epoch": r.epoch,
+        "total_epochs": r.total_epochs,
+        "progress": progress,
+        "attempts": r.attempts,
+        "last_reason": r.last_reason,
+        "metrics": {} if r.metrics is None else r.metrics,
+        "best": r.best,
+        "best_step": r.best_step,
+        "retry_after": iso(r.retry_after),
+        "removed": r.removed,
+        "updated_at": iso(r.updated_at),
+        "finished_at": iso(r.finished_at),
+    }

@@ -23,10 +23,11 @@ from sweepq.queue.forecast_reads import StoreForecastReads
 from sweepq.queue.moves import StoreMoves
 from sweepq.queue.reads import StoreReads
 from sweepq.queue.states import CheckpointState
+from sweepq.queue.status_reads import StoreStatusReads
 from sweepq.queue.transactions import Clock, utcnow
 
 __all__ = ["CheckpointState", "Clock", "Existing", "Store", "utcnow"]
 
 
-class Store(StoreReads, StoreForecastReads, StoreDefinition, StoreClaims, StoreMoves):
+class Store(StoreReads, StoreForecastReads, StoreStatusReads, StoreDefinition, StoreClaims, StoreMoves):
     """A root's queue (open it with Store.open or Store.open_readonly; close it when done)."""

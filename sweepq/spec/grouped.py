@@ -19,27 +19,25 @@ Where the sweep-file specification (docs/sweep-format.md) leaves it open:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sweepq.errors import SpecError
+from sweepq.spec.expand import Grid, Slot, expand
 from sweepq.spec.grouped_settings import grouped_settings
 from sweepq.spec.limits import count_values, expansion_problem
 from sweepq.spec.read import (
     GROUP_NAME,
     Path_,
     SpecContext,
-    build_cells,
     check_json_value,
     check_keys,
     check_name,
     check_no_nul,
     describe,
     group_name_for,
-    lazy_product,
-    nest,
     optional_str,
     read_int,
     require_mapping,
@@ -104,13 +102,12 @@ class _Group:
         params = sum(count_values(leaf.value) for leaf in self.params.values())
         return params + sum(max(count_values(value) for value in axis.values) for axis in self.axes)
 
-    def cfgs(self, sweep_params: Mapping[Path_, _Leaf]) -> Iterator[dict[str, Any]]:
-        """Sweep params, then group params, then each grid combination, per path."""
-        base = {path: leaf.value for path, leaf in sweep_params.items()}
-        base.update((path, leaf.value) for path, leaf in self.params.items())
-        paths = [axis.path for axis in self.axes]
-        for combo in lazy_product([axis.values for axis in self.axes]):
-            yield nest({**base, **dict(zip(paths, combo, strict=True))})
+    def grid(self, sweep_params: Mapping[Path_, _Leaf]) -> Grid:
+        """Sweep params, then group params, then the grid's axes, per path (a later one wins)."""
+        paths: dict[Path_, Any] = {path: leaf.value for path, leaf in sweep_params.items()}
+        paths.update((path, leaf.value) for path, leaf in self.params.items())
+        paths.update((axis.path, Slot(number)) for number, axis in enumerate(self.axes))
+        return Grid(self.spec, paths, [axis.values for axis in self.axes])
 
 
 def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
@@ -128,7 +125,7 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
     groups = _read_groups(ctx, data, written_name, sweep_params)
     _check_cell_count(ctx, groups, max_cells)
     _check_values(ctx, groups, sweep_params)
-    cells = build_cells(ctx, [(group.spec, group.cfgs(sweep_params)) for group in groups])
+    cells = expand(ctx, [group.grid(sweep_params) for group in groups])
     root = optional_str(ctx, data, "root")
     check_no_nul(ctx, root, "root")
     return Sweep(

@@ -33,24 +33,21 @@ sweepq runs every cell to its end.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sweepq.errors import SpecError
 from sweepq.spec.command import DEFAULT_COMMAND
+from sweepq.spec.expand import Grid, Slot, expand
 from sweepq.spec.limits import count_values, expansion_problem
 from sweepq.spec.read import (
     SpecContext,
-    build_cells,
     check_keys,
     check_no_nul,
     describe,
     group_name_for,
     is_int,
-    lazy_product,
-    nest,
     optional_str,
     read_command,
     read_goal,
@@ -121,7 +118,7 @@ def parse_wandb(ctx: SpecContext, data: dict) -> Sweep:
         metric=_read_metric(ctx, data.get("metric")),
     )
     group = GroupSpec(1, group_name_for(written_name))
-    cells = build_cells(ctx, [(group, expand(ctx, parameters, run_cap))])
+    cells = expand(ctx, [_grid(ctx, parameters, run_cap, group)])
     return Sweep(
         path=ctx.path,
         settings=settings,
@@ -212,8 +209,9 @@ def _read_metric(ctx: SpecContext, value: Any) -> Metric | None:
 # ------------------------------------------------------------------- expansion
 
 
-def expand(ctx: SpecContext, parameters: list[WandbParameter], run_cap: int | None) -> Iterator[dict[str, Any]]:
-    """The cells' cfgs in W&B's grid order, cut to `run_cap`; errors if too many."""
+def _grid(ctx: SpecContext, parameters: list[WandbParameter], run_cap: int | None, group: GroupSpec) -> Grid:
+    """The cells' grid in W&B's order (constants in place, the last varying parameter fastest), cut to `run_cap`;
+    errors if too many."""
     varying = [parameter for parameter in parameters if parameter.varies]
     total = math.prod(len(parameter.values or ()) for parameter in varying)
     kept = total if run_cap is None else min(total, run_cap)
@@ -230,15 +228,11 @@ def expand(ctx: SpecContext, parameters: list[WandbParameter], run_cap: int | No
     problem = expansion_problem(kept, kept * most, most)
     if problem is not None:
         raise ctx.error("parameters", *problem)
-    return itertools.islice(_combinations(parameters, varying), kept)
+    slots = {parameter.path: Slot(number) for number, parameter in enumerate(varying)}
+    paths = {p.path: slots[p.path] if p.varies else p.constant for p in parameters}
+    return Grid(group, paths, [parameter.values or () for parameter in varying], limit=kept)
 
 
 def _most_values(values: Sequence[Any]) -> int:
     """The most values one of `values` holds (int_uniform and q_uniform ranges hold numbers only)."""
     return 1 if isinstance(values, (range, Steps)) else max(count_values(value) for value in values)
-
-
-def _combinations(parameters: list[WandbParameter], varying: list[WandbParameter]) -> Iterator[dict[str, Any]]:
-    for combo in lazy_product([parameter.values for parameter in varying]):  # type: ignore[misc]
-        chosen = dict(zip((parameter.path for parameter in varying), combo, strict=True))
-        yield nest({p.path: chosen[p.path] if p.varies else p.constant for p in parameters})

@@ -149,7 +149,7 @@ def test_two_launches_plan_inside_the_write(tmp_path: Path, clock: FakeClock) ->
     early = reconcile.plan(sweep, {}, accept_changed=False)  # both launches' prepare(): all new
     first, second = Store.open(root, create=True, clock=clock), Store.open(root, create=True, clock=clock)
 
-    def planner(existing: dict[str, tuple[str, dict[str, Any], bool]]) -> reconcile.ReconcilePlan:
+    def planner(existing: reconcile.Existing) -> reconcile.ReconcilePlan:
         return reconcile.plan(sweep, existing, accept_changed=False)
 
     a = first.apply_reconcile(sweep.settings, str(sweep.path), planner)

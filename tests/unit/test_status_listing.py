@@ -1,0 +1,170 @@
+"""`status` on a large sweep: the cells that need attention and the best few, a footer; `--json` streamed."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sweepq.cli import json_stream, read_commands, render
+from sweepq.cli.read_commands import Listing, attention, status_json, status_view
+from sweepq.queue.liveness import FileLockLiveness
+from sweepq.queue.records import Outcome
+from sweepq.queue.states import CellState, Reason
+from sweepq.queue.store import Store
+from unit.support import WORKER, FakeClock, Launch, sweep_from
+
+SEEDS = 150  # x 2 lrs: 300 cells
+BIG = f"""\
+name: big
+train: trainers:train
+metric: {{name: score, goal: max}}
+retries: {{error: 1, backoff_seconds: 60}}
+params: {{opt: {{name: "sgd é", extra: [1, {{b: 2, a: 1}}], none: {{}}}}}}
+grid: {{seed: {list(range(1, SEEDS + 1))}, lr: [0.1, 0.2]}}
+"""
+LISTING = Listing(whole_up_to=50, troubled=5, best=3)
+DONE = [f"1.{i}" for i in range(1, 11)]  # score i/100: the best are 1.10, 1.9, 1.8
+TROUBLED = ["1.30", "1.31", "1.32", "1.33", "1.40", "1.41", "1.42", "1.50"]  # interrupted, failed, backing off
+
+
+def run(store: Store, cell: str, reason: Reason | None, score: float | None = None, **outcome: Any) -> None:
+    claim = store.claim(cell, WORKER)
+    assert claim is not None
+    store.attempt_started(cell, claim.number, pid=1, start_step=0)
+    metrics = None if score is None else {"score": score, "loss": 1 - score}
+    store.progress(cell, claim.number, step=5, total_steps=10, metrics=metrics, best=score, best_step=5)
+    if reason is not None:
+        usage = {"samples": 3, "cpu_percent_mean": 50.0, "rss_peak_bytes": 2**20}
+        store.finish(cell, claim.number, Outcome(reason, end_step=5, wall_seconds=10.0, usage=usage, **outcome))
+
+
+@pytest.fixture
+def big(tmp_path: Path, launch: Launch, clock: FakeClock) -> Store:
+    store = launch(tmp_path / "root", sweep_from(BIG, tmp_path))
+    for i, cell in enumerate(DONE, start=1):
+        run(store, cell, Reason.COMPLETED, score=i / 100)
+        clock.advance(1)
+    for cell in TROUBLED[:4]:
+        run(store, cell, Reason.PREEMPTED)
+    for cell in TROUBLED[4:]:  # an error with one retry left: queued in its back-off; a second one fails it
+        run(store, cell, Reason.ERROR, error_tail="Traceback (most recent call last):\nValueError: bad é")
+        if cell != "1.50":
+            clock.advance(3600)
+            run(store, cell, Reason.ERROR, error_tail="Traceback (most recent call last):\nValueError: worse")
+    for cell in ("1.20", "1.21"):
+        run(store, cell, None)
+        (store.root / "cells" / cell).mkdir(parents=True, exist_ok=True)
+    assert [store.cell(c).state for c in ("1.30", "1.40", "1.50")] == [
+        CellState.INTERRUPTED,
+        CellState.FAILED,
+        CellState.QUEUED,
+    ]
+    return store
+
+
+def rows_of(shown: str) -> list[str]:
+    """The cell ids of a status table's rows, in order."""
+    lines = shown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("cell "))
+    return [line.split()[0] for line in lines[start + 1 :] if line[:2] in ("1.", "2.")]
+
+
+def test_a_large_sweep_shows_the_cells_that_need_attention_then_the_best(big: Store) -> None:
+    owner = FileLockLiveness(big.root).take("1.20")  # 1.20's worker lives; 1.21's died
+    assert owner is not None
+    try:
+        cells, _ = attention(big, LISTING)
+        expected = ["1.20", "1.21", *TROUBLED[:5], "1.10", "1.9", "1.8"]
+        assert [c.id for c in cells] == expected
+        shown = render.to_text(status_view(big, all_rows=False, all_params=False, listing=LISTING), width=400)
+    finally:
+        owner.release()
+    assert rows_of(shown) == expected
+    footer = (
+        "290 of 300 cells not shown (shown: every running cell, the first 5 interrupted, failed or waiting to "
+        "retry, the 3 best done by score): --all shows every row"
+    )
+    lines = shown.splitlines()
+    assert lines[-2:] == [footer, "300 cells: 281 queued, 2 running, 4 interrupted, 10 done, 3 failed"]
+    assert "281 queued · 2 running · 4 interrupted · 10 done · 3 failed" in lines[0]  # the header: every cell
+    row = {line.split()[0]: line for line in lines if line[:2] == "1."}
+    assert render.DEAD_NOTE in row["1.21"] and render.DEAD_NOTE not in row["1.20"]
+    assert "ValueError: worse (see sweepq logs 1.40" in row["1.40"]
+    assert "cpu 50% 1MiB" in row["1.40"]  # usage read for the rows shown
+    assert "same in every cell" not in shown  # a claim about the rows shown only: not made
+
+
+def test_without_a_metric_the_last_done_are_shown(big: Store) -> None:
+    cells = big.best_done(None, 2)
+    assert [c.id for c in cells] == ["1.10", "1.9"]  # finished last, first
+
+
+def test_all_shows_every_row_and_a_small_sweep_lists_every_cell(big: Store) -> None:
+    every = render.to_text(status_view(big, all_rows=True, all_params=False, listing=LISTING), width=400)
+    assert rows_of(every) == [c.id for c in big.cells()]
+    assert every.splitlines()[-1] == "300 cells: 281 queued, 2 running, 4 interrupted, 10 done, 3 failed"
+    assert "not shown" not in every
+    whole = Listing(whole_up_to=300, troubled=5, best=3)
+    assert render.to_text(status_view(big, all_rows=False, all_params=False, listing=whole), width=400) == every
+
+
+def old_status_json(store: Store) -> str:
+    """`status --json` as it was made before streaming: records, then json.dumps of the whole list."""
+    from sweepq.execution import usage_text
+
+    fc, stalls = store.forecast(read_commands.status_workers(store)[0]), store.stalls()
+    usages = usage_text.latest_by_cell(store.attempts())
+    rows = [
+        c.to_json()
+        | {
+            "cfg": c.cfg,
+            "alive": read_commands._alive(store, c),
+            "eta_seconds": fc.cell_seconds_left(c.id),
+            "rate_steps_per_second": fc.steps_per_second(c.id),
+            "no_progress_seconds": stalls.get(c.id),
+            "usage": usages.get(c.id),
+        }
+        for c in store.cells()
+    ]
+    return json.dumps(rows, indent=2, default=str, allow_nan=False) + "\n"
+
+
+def test_the_streamed_json_is_byte_for_byte_the_old_one(big: Store, tmp_path: Path) -> None:
+    out = tmp_path / "status.json"
+    with out.open("w") as file:
+        json_stream.write_list(status_json(big), file)
+    new, old = out.read_text(), old_status_json(big)
+    assert new == old
+    listed = json.loads(new)
+    assert len(listed) == 300 and listed[0]["metrics"]["loss"] == 0.99 and listed[0]["cfg"]["opt"]["none"] == {}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [],
+        [{}, []],
+        [{"a": [1, 2.5, -0.0, 1e-7, 10**30, True, None, 'é\n"x'], "b": {}, "c": []}],
+        [{1: "int key", 2.5: "float key", None: "none", False: "bool"}],
+        [(1, 2), {"t": (3, {"u": datetime(2025, 1, 1, tzinfo=UTC)})}],
+        [{"s": {"x"}}],  # a set: written by default=str
+    ],
+)
+def test_the_encoder_writes_what_json_dumps_writes(value: list[Any], tmp_path: Path) -> None:
+    out = tmp_path / "x.json"
+    with out.open("w") as file:
+        json_stream.write_list(value, file)
+    assert out.read_text() == json.dumps(value, indent=2, default=str, allow_nan=False) + "\n"
+
+
+def test_a_non_finite_float_is_refused_as_json_dumps_refuses_it() -> None:
+    with pytest.raises(ValueError) as dumps:
+        json.dumps([{"x": math.inf}], indent=2, allow_nan=False)
+    with pytest.raises(ValueError) as streamed:
+        json_stream.encode({"x": math.inf}, "  ")
+    assert str(streamed.value) == str(dumps.value)
