@@ -84,7 +84,10 @@ def test_status_and_show_json_fields(done_sweep: tuple[Path, Path]) -> None:
     assert human.returncode == 0 and "4 cells: 4 done" in human.stdout
     # the header: how long the sweep took (a settled sweep has no ETA) and the counts; each cell's speed
     assert re.fullmatch(r"took (\d+s|\d+m\d\ds|\d+h\d\dm) · 4 done", human.stdout.splitlines()[0]), human.stdout
-    assert all(c["rate_steps_per_second"] > 0 and c["eta_seconds"] is None for c in status)
+    # a settled cell has no ETA; its speed is there when its attempt spanned two timed points (a 20-step cell
+    # may end within the worker's one-second flush of its first checkpoint: test_forecast.py checks the rates)
+    assert all(c["eta_seconds"] is None for c in status)
+    assert all(c["rate_steps_per_second"] is None or c["rate_steps_per_second"] > 0 for c in status)
 
 
 def test_relaunch_of_a_done_sweep_adds_no_attempt(done_sweep: tuple[Path, Path]) -> None:
