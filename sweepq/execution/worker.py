@@ -25,6 +25,7 @@ from sweepq.execution import channel as chan
 from sweepq.execution import diskfull, usage, usage_text
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.memory import OomCounters, judge_sigkill
+from sweepq.execution.procs import pidfd
 from sweepq.execution.progress import Progress
 from sweepq.execution.starter import Child, Launch, Starter
 from sweepq.execution.tails import tail_file
@@ -124,7 +125,7 @@ class Worker:
             os.kill(self.child.pid, signal.SIGTERM)
         progress = Progress()
         sampler = usage.Sampler.watch(self.child.pid)  # a thread of this worker, never of the training
-        exited = _pidfd(self.child.pid)
+        exited = pidfd(self.child.pid)  # None before Linux 5.3: the loop's timeout notices the exit
         try:
             intent, status, rusage = self._watch(claim, settings, worker_end, progress, started, owner, sampler, exited)
         finally:
@@ -288,13 +289,6 @@ class Worker:
         if o.reason not in (Reason.COMPLETED, Reason.PREEMPTED) and not o.error_tail:
             o.error_tail = tail_file(paths.stderr(claim.number))
         return o
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # before Linux 5.3: the loop's timeout notices the exit
-        return None
 
 
 def _why_fenced(owner: liveness.Ownership) -> str:
