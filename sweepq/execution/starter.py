@@ -195,8 +195,8 @@ class Starter:
             self.template = Template(self.train or "", self.spec_dir, self.root)
         return self.template
 
-    def start(self, launch: Launch) -> tuple[Child, str]:
-        """The attempt's process and how it started ("template" or "interpreter")."""
+    def start(self, launch: Launch) -> Child:
+        """The attempt's process: forked from the template, else a fresh interpreter (its receipt says which)."""
         for _ in range(2):  # a template whose code went stale is replaced once
             if self.off is not None:
                 break
@@ -207,13 +207,13 @@ class Starter:
                 break
             forked = template.spawn(launch)
             if isinstance(forked, Forked):
-                return forked, "template"
+                return forked
             if not isinstance(forked, wire.Declined):
                 self._turn_off(forked)  # it died: do not pay for another one at every attempt
                 break
             self._retire()
             diskfull.say(f"sweepq worker: a new template process: {forked.why}")
-        return fresh(launch), "interpreter"
+        return fresh(launch)
 
     def reap(self) -> None:
         reap_orphans(self.template)

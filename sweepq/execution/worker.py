@@ -192,8 +192,7 @@ class Worker:
             stderr=paths.stderr(claim.number),
             fds=(*handoff.fds, channel_fd),
         )
-        child, _how = self.starter.start(launch)  # the receipt says how (started_by)
-        return child
+        return self.starter.start(launch)
 
     def _watch(
         self,
@@ -214,7 +213,9 @@ class Worker:
         last_flush = 0.0
         watched: list[int] = [sock.fileno()] if exited is None else [sock.fileno(), exited]
         while True:
-            ready, _, _ = select.select(watched, [], [], 0.2 if sock.fileno() in watched or exited else 0.01)
+            ready, _, _ = select.select(
+                watched, [], [], 0.2 if sock.fileno() in watched or exited is not None else 0.01
+            )
             if sock.fileno() in ready:
                 messages = chan.receive(sock)
                 for msg in messages:

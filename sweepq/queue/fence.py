@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from sqlalchemy import Executable, create_engine, select
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.sql.elements import ClauseElement
 
 from sweepq.queue.database import Database
 from sweepq.queue.liveness import Ownership, OwnershipLost
@@ -75,4 +77,4 @@ def warm() -> None:
     """Load SQLite's dialect and compile the fence's question once: a process forked after this
     (execution/template.py) asks its first one in milliseconds, not a tenth of a second."""
     create_engine("sqlite://").dispose()  # the dialect's modules, imported by the engine's entry point
-    select(CellRow.state, CellRow.attempts).where(CellRow.id == "").compile(dialect=sqlite.dialect())
+    cast(ClauseElement, _current("")).compile(dialect=sqlite.dialect())
