@@ -87,12 +87,17 @@ def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
     return Prepared(sweep, target, plan, accept_changed)
 
 
-def apply(p: Prepared) -> Store:
+def apply(p: Prepared, launcher: Launcher | None = None) -> Store:
+    """Write the plan; a `launcher`'s workers start first when there will be work (they wait at the gate)."""
     store = Store.open(p.root, create=True)
     try:
+        if launcher is not None and (p.plan.new or store.unsettled() > 0):
+            launcher.start_workers()  # their start overlaps writing 100,000 new cells, or checking markers
         planner = partial(reconcile.plan, p.sweep, accept_changed=p.accept_changed)
         p.plan = store.apply_reconcile(p.sweep.settings, str(p.sweep.path), planner, reconcile.plan_digest(p.sweep))
     except BaseException:
+        if launcher is not None:
+            launcher.open_gate(go=False)
         store.close()
         raise
     return store
@@ -325,21 +330,17 @@ def launch(
     prepared = prepare(spec, root, accept_changed)  # raises UsageError: nothing written
     terminal.log = RootPaths(prepared.root).launch_log
     with launch_lock.held(prepared.root, str(Path(spec).resolve()), _grace_seconds(), workers):  # UsageError: one lives
-        store = apply(prepared)
+        launcher = Launcher(prepared.root, workers, gpus, terminal.console(), live, terminal)
+        store = apply(prepared, launcher)
         try:
-            return _run(
-                store, prepared, Launcher(prepared.root, workers, gpus, terminal.console(), live, terminal), ready_fd
-            )
+            return _run(store, prepared, launcher, ready_fd)
         finally:
             store.close()
 
 
 def _run(store: Store, prepared: Prepared, launcher: Launcher, ready_fd: int | None) -> int:
     console = launcher.console
-    # Started first, so that their interpreters start while the markers are checked; they claim at the gate.
-    if store.unsettled() > 0:
-        launcher.start_workers()
-    try:
+    try:  # the workers started by apply() wait at the gate meanwhile
         reconcile_markers(store)
         reap(store)
         launch_summary.describe_start(store, prepared.sweep, prepared.root, prepared.plan, console)

@@ -58,7 +58,7 @@ def _print_json(sweep: Sweep, commands: dict[str, list[str]]) -> None:
     for c in sweep.cells:
         group = groups.get(c.group_name) or groups.setdefault(c.group_name, _ENCODE(c.group_name))
         command = f', "command": {_ENCODE(commands[c.id])}' if c.id in commands else ""
-        cfg = _ENCODE(c.cfg)
+        cfg = c.cfg_json or _ENCODE(c.cfg)  # the same text: the expansion wrote json.dumps's
         stream.write(
             f'{opening}\n  {{"cell": "{c.id}", "group": {group}, "cfg": {cfg}, "cfg_hash": "{c.cfg_hash}"{command}}}'
         )

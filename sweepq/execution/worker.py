@@ -69,13 +69,14 @@ class Worker:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         diskfull.guard_streams()  # its log is on the sweep's disk: a full one must not raise from a print
         self.store = Store.open(self.root)
+        if self.gate is not None and not gate.opens(self.gate):  # before the settings: a first launch writes them
+            self.store.close()
+            return 0  # the launch found nothing to do, or is gone
         settings = self.store.settings()
         self.starter = Starter(self.root, settings.train, settings.spec_dir, settings.start)  # at the first claim
         try:
             if self.gate is None:
                 reconcile_markers(self.store)
-            elif not gate.opens(self.gate):
-                return 0  # the launch found nothing to do, or is gone
             while not self.stopping:
                 reap(self.store)
                 claimed = self._claim_next()

@@ -10,7 +10,9 @@ values in, and hashes the text with its values' JSON filled in. Lists and mappin
 are copied for every cell (no two cells share one); numbers and strings, which
 nothing can change, are shared. That is the cfg and the hash that nesting with a
 deep copy per value and encoding each cfg gave, in a fraction of the time: what
-lets `plan` and `launch` expand 100,000 cells in about a second.
+lets `plan` and `launch` expand 100,000 cells in about a second. The cfg as
+json.dumps writes it (what the queue stores, what `plan --json` prints) is laid out
+the same way, and a cell's mapping is made only when something asks for it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -57,9 +60,10 @@ def expand(ctx: SpecContext, grids: Iterable[Grid]) -> list[CellSpec]:
     for grid in grids:
         layout = _Layout(grid)
         number, name = grid.group.number, grid.group.name
-        for index, (texts, values) in enumerate(_combinations(grid), start=1):
+        for index, (texts, plain, values) in enumerate(_combinations(grid), start=1):
             digest = layout.digest(texts)
-            cell = CellSpec(f"{number}.{index}", number, index, name, layout.cfg(values), digest)
+            cfg_json = layout.stored.format(*plain)
+            cell = CellSpec(f"{number}.{index}", number, index, name, partial(layout.cfg, values), digest, cfg_json)
             earlier = first_with_hash.setdefault(digest, cell.id)
             if earlier != cell.id:
                 repeats.append((earlier, cell.id))
@@ -79,29 +83,35 @@ def _warn_repeats(ctx: SpecContext, repeats: list[tuple[str, str]]) -> None:
         )
 
 
-def _combinations(grid: Grid) -> Iterator[tuple[tuple[str, ...], tuple[Any, ...]]]:
-    """Each cell's value of every axis, as canonical JSON and as it is, in run order."""
+Texts = tuple[str, ...]
+
+
+def _combinations(grid: Grid) -> Iterator[tuple[Texts, Texts, tuple[Any, ...]]]:
+    """Each cell's value of every axis as canonical JSON, as json.dumps writes it, and as it is, in run order."""
     lengths = [len(axis) for axis in grid.axes]
     if grid.limit is None or grid.limit >= math.prod(lengths):
         # Every axis is at most as long as the grid is large: each value is encoded once, up front.
-        encoded = itertools.product(*([_canonical(value) for value in axis] for axis in grid.axes))
-        return zip(encoded, itertools.product(*grid.axes), strict=True)
+        canonical = itertools.product(*([_canonical(value) for value in axis] for axis in grid.axes))
+        plain = itertools.product(*([json.dumps(value) for value in axis] for axis in grid.axes))
+        return zip(canonical, plain, itertools.product(*grid.axes), strict=True)
     # A prefix of a grid that may be far larger than the cells kept (a huge int_uniform range).
-    texts = lazy_product([_Encoded(axis) for axis in grid.axes])
-    return itertools.islice(zip(texts, lazy_product(grid.axes), strict=True), grid.limit)
+    texts = lazy_product([_Encoded(axis, _canonical) for axis in grid.axes])
+    plains = lazy_product([_Encoded(axis, json.dumps) for axis in grid.axes])
+    return itertools.islice(zip(texts, plains, lazy_product(grid.axes), strict=True), grid.limit)
 
 
 class _Encoded(Sequence[str]):
-    """An axis's values as canonical JSON, each encoded when asked for."""
+    """An axis's values as JSON, each encoded when asked for."""
 
-    def __init__(self, values: Sequence[Any]) -> None:
+    def __init__(self, values: Sequence[Any], encode: Callable[[Any], str]) -> None:
         self.values = values
+        self.encode = encode
 
     def __len__(self) -> int:
         return len(self.values)
 
     def __getitem__(self, index: Any) -> Any:
-        return _canonical(self.values[index])
+        return self.encode(self.values[index])
 
 
 def _canonical(value: Any) -> str:
@@ -133,6 +143,7 @@ class _Layout:
     def __init__(self, grid: Grid) -> None:
         tree = _nest(grid.paths)
         self.canonical = "".join(_parts(tree))
+        self.stored = "".join(_stored_parts(tree))  # json.dumps's text of the cfg: key order kept, its spaces
         self.nodes: list[_Node] = []
         self.copied: list[tuple[int, str, Any]] = []  # lists and mappings: (node, key, a constant or an axis)
         self._lay_out(tree, None, "", grid)
@@ -212,6 +223,20 @@ def _parts(node: Any) -> Iterator[str]:
         for position, key in enumerate(sorted(node)):
             yield ("," if position else "") + _braced(json.dumps(key)) + ":"
             yield from _parts(node[key])
+        yield "}}"
+
+
+def _stored_parts(node: Any) -> Iterator[str]:
+    """The cfg as `json.dumps(cfg)` writes it (its key order, ", " and ": "), as _parts lays it out."""
+    if isinstance(node, Slot):
+        yield f"{{{node.axis}}}"
+    elif isinstance(node, _Const):
+        yield _braced(json.dumps(node.value))
+    else:
+        yield "{{"
+        for position, (key, value) in enumerate(node.items()):
+            yield (", " if position else "") + _braced(json.dumps(key)) + ": "
+            yield from _stored_parts(value)
         yield "}}"
 
 

@@ -129,12 +129,28 @@ class GroupSpec:
 
 @dataclass(frozen=True)
 class CellSpec:
+    """A cell of the sweep file. Its cfg is a mapping, or what makes it when first asked for.
+
+    The expansion gives each cell its hash and its cfg's JSON text from templates; a
+    launch that only inserts new cells never needs the mappings (100,000 cost a second).
+    """
+
     id: str  # "G.I"
     group: int  # G
     index: int  # I
     group_name: str
-    cfg: dict[str, Any]
+    made: dict[str, Any] | Callable[[], dict[str, Any]] = field(repr=False, compare=False)
     cfg_hash: str
+    #: The cfg as `json.dumps` writes it, what the queue stores, where the expansion laid it out ("": encode it).
+    cfg_json: str = field(default="", repr=False, compare=False)
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        made = self.made
+        if callable(made):
+            made = made()
+            object.__setattr__(self, "made", made)  # frozen: made once, then kept
+        return made
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import copy
 import itertools
 import json
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
@@ -136,3 +137,21 @@ def test_a_scalar_counts_as_the_same_value_exactly_when_yaml_writes_it_alike():
     values += [float("inf"), float("nan"), "null", "~", "yes", 2.5, [1], [1.0], {"a": 1}, "a", "A"]
     pairs = [(a, b) for a in values for b in values]
     assert [value_identity(a) == value_identity(b) for a, b in pairs] == [by_yaml(a) == by_yaml(b) for a, b in pairs]
+
+
+def test_each_cell_carries_its_cfg_as_json_dumps_writes_it(tmp_path: Path) -> None:
+    """What the queue stores: the expansion's text must be json.dumps's, key order and spaces included."""
+    text = """\
+name: j
+train: m:f
+params: {z: 1, model: {name: "ü net", depth: 2, opts: {a: [1, 2]}}, tags: [x, {k: v}], big: 1.0e+300}
+groups:
+  - name: a
+    params: {model.width: 8}
+    grid: {lr: [0.1, 1.0e-05], b.c: [{q: 1, p: [2]}, [3, "4"]], flag: [true, null]}
+  - name: b
+    grid: {"quote\\"d": ["s", 1]}
+"""
+    sweep = parse_sweep(text, tmp_path / "j.yaml")
+    assert len(sweep.cells) == 10
+    assert [c.cfg_json for c in sweep.cells] == [json.dumps(c.cfg) for c in sweep.cells]
