@@ -2,11 +2,11 @@
 
 A write in the background runs beside the training loop, whose torch threads
 keep their cores busy. Hashing the shards of a large state on every core at
-once then takes cores from the loop: its steps slow down for as long as the
-hashes run, which costs the loop more than a hash that takes longer on the
-cores it leaves free (nobody waits for a write in the background). So such a
-write hashes on `cores - busy` lanes (at least one), one shard after another
-on each. The moment somebody waits for it (the loop's next checkpoint, the
+once then takes cores from the loop, whose steps slow down while the hashes
+run; a hash that takes longer on the cores the loop leaves free costs nobody
+anything (nobody waits for a write in the background). So such a write
+hashes on `cores - busy` lanes (at least one), one shard after another on
+each. The moment somebody waits for it (the loop's next checkpoint, the
 final one at exit), `hurry()` puts every shard not yet started on a lane of
 its own. A write nobody shares the cores with (the calling thread is not in
 `background`) uses them all from the start.
