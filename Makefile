@@ -63,6 +63,7 @@ bench: $(STAMP)
 	@$(BIN)/python bench/claims.py $(BENCH_ARGS)
 	@$(BIN)/python bench/status_scale.py $(BENCH_ARGS)
 	@$(BIN)/python bench/scale.py $(BENCH_ARGS)
+	@$(BIN)/python bench/cell_start.py $(BENCH_ARGS)
 bench-eta: $(STAMP) ; @$(BIN)/python bench/eta.py  # the sweep's ETA against its real end (minutes: a whole sweep)
 
 clean:

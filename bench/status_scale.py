@@ -213,16 +213,44 @@ def figure(name: str, argv: list[str], tmp: Path, rounds: int) -> dict[str, Any]
     return fig
 
 
+def count_cells(root: Path) -> int:
+    db = sqlite3.connect(f"file:{root / 'sweepq.db'}?mode=ro", uri=True)
+    try:
+        return int(db.execute("select count(*) from cells").fetchone()[0])
+    finally:
+        db.close()
+
+
+def made(tmp: Path, cells: int, out: dict[str, Any]) -> Path:
+    log(f"making a {cells:,}-cell root")
+    began = time.perf_counter()
+    root = make_root(tmp, cells)
+    out["setup_s"] = round(time.perf_counter() - began, 1)
+    return root
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help=f"{FULL_CELLS:,} cells (the targets' size)")
     ap.add_argument("--cells", type=int, default=None, help=f"cells in the sweep (default {SMOKE_CELLS:,})")
     ap.add_argument("--rounds", type=int, default=2, help="runs of each command (the fastest is reported)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (the root, the outputs)")
+    ap.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="measure this root, made by an earlier run with --keep, instead of making one (its running "
+        "cells' progress has aged since: they count as stalled)",
+    )
+    ap.add_argument(
+        "--only", action="append", choices=sorted(TARGETS_S), default=None, help="this figure only (repeatable)"
+    )
     args, ignored = ap.parse_known_args()  # make bench passes the same BENCH_ARGS to every benchmark
     if ignored:
         log(f"ignored (other benchmarks' options): {' '.join(ignored)}")
     cells = args.cells or (FULL_CELLS if args.full else SMOKE_CELLS)
+    if args.root is not None:
+        cells = count_cells(args.root)
     if cells < 2000 or cells % 200:
         ap.error("--cells must be a multiple of 200, at least 2000")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the temporary folder is removed
@@ -238,14 +266,12 @@ def main() -> int:
         "figures": {},
     }
     try:
-        log(f"making a {cells:,}-cell root")
-        began = time.perf_counter()
-        root = make_root(tmp, cells)
-        out["setup_s"] = round(time.perf_counter() - began, 1)
+        root = args.root or made(tmp, cells, out)
         owners = hold_owners(root)
         cli = [sys.executable, "-m", "sweepq.cli", "status", "--root", str(root)]
         for name, extra in (("status", []), ("status --all", ["--all"]), ("status --json", ["--json"])):
-            out["figures"][name] = figure(name, [*cli, *extra], tmp, args.rounds)
+            if args.only is None or name in args.only:
+                out["figures"][name] = figure(name, [*cli, *extra], tmp, args.rounds)
         for owner in owners:
             owner.release()
         figs = out["figures"]

@@ -103,6 +103,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 120, what: str = "co
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def cmdline(p: psutil.Process) -> str:
+    """A process's command line, "" once it exited (a zombie has none: processes exit all the time)."""
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def trainer_of(launch_pid: int, cell: str | None = None) -> psutil.Process | None:
     """The training process (of `cell`, when given) under a launch or worker, if one runs now."""
     needle = f"cells/{cell}/attempts/" if cell is not None else "sweepq.execution.attempt"

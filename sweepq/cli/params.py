@@ -19,22 +19,12 @@ from typing import Any
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 
+from sweepq.analysis.grid import flatten  # the one flattening of a cfg: the grid analysis shares it
 from sweepq.cli.fit import Column, Justify, one_line, short_header, shorten
 
 SHORT_VALUE = 14  # the most cells a value's short form takes (a number's may take more: never cut)
 SAME_VALUE = 24  # a value in the line of keys that are the same in every cell
 _MISSING = object()
-
-
-def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"optim": {"lr": 0.1}} -> {"optim.lr": 0.1}; lists and empty mappings are values."""
-    flat: dict[str, Any] = {}
-    for k, v in cfg.items():
-        if isinstance(v, Mapping) and v:
-            flat.update(flatten(v, f"{prefix}{k}."))
-        else:
-            flat[f"{prefix}{k}"] = v
-    return flat
 
 
 def split_keys(cfgs: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:

@@ -69,6 +69,9 @@ class Terminal:
         if self._hung_up:
             self._hung_up = False
             return  # a write that failed on the terminal just before the hangup moved the output
+        if 1 in self._ttys and not _isatty(1):
+            self.gone()  # a hung-up terminal (SIGHUP ignored) answers EIO: say what happened, not the errno
+            return
         name = errno.errorcode.get(error.errno or 0, "error")
         self.move(f"writing the output failed ({name}: {error.strerror})", _same_file_as(1))
 

@@ -129,7 +129,9 @@ def close_as_orphan(spec: AttemptSpec, outcome: Outcome) -> None:
         store.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, started_by: str = "interpreter") -> int:
+    """One attempt; `started_by` says how this process began: a fresh interpreter or a fork of the
+    worker's template (execution/template.py), which the receipt keeps."""
     argv = sys.argv[1:] if argv is None else argv
     signals.install()
     guard_streams()  # its logs are on the sweep's disk: a full one must not raise from a print
@@ -176,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             outcome = judged(None if isinstance(run, program.ProgramRun) else run, raised=raised(e))
     rss, gpu_peak = peak_memory()
     outcome.pid = os.getpid()
+    outcome.started_by = started_by
     outcome.gpus = gpus
     # From the worker's start of this process, as max_attempt_seconds counts: interpreter
     # and torch start-up included (seconds, on a busy machine).

@@ -24,7 +24,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from sweepq.atomic import atomic_write_json
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE
@@ -270,7 +270,16 @@ def say(line: str) -> None:
 # -- a worker whose database is full -----------------------------------------------------------------------
 
 
-def stop_worker(words: str, child: subprocess.Popen[bytes] | None, grace: float) -> int:
+class Stoppable(Protocol):
+    """A worker's training process, started fresh (Popen) or forked from its template."""
+
+    def poll(self) -> int | None: ...
+    def send_signal(self, sig: int) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+
+
+def stop_worker(words: str, child: Stoppable | None, grace: float) -> int:
     """The database cannot be written: stop the training process gracefully (its receipt file is
     then the attempt's account, read by the next launch's reaper) and return EXIT_DISK_FULL."""
     say(

@@ -33,3 +33,11 @@ def usable_cores(at_most: int) -> int:
     except AttributeError:  # pragma: no cover - not Linux
         cpus = os.cpu_count() or 1
     return max(1, min(cpus, at_most))
+
+
+def pidfd(pid: int) -> int | None:
+    """A descriptor that turns readable when `pid` exits (Linux 5.3+), to wait in select(); None where unsupported."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from sweepq.execution import signals
 from sweepq.execution.attempt_spec import AttemptSpec
 from sweepq.execution.channel import Channel
 from sweepq.execution.memory import OomCounters, judge_sigkill
+from sweepq.execution.procs import pidfd
 from sweepq.execution.program_launch import ENV, prepare, program_env, shell_join
 from sweepq.execution.tails import tail_file
 from sweepq.layout import CellPaths
@@ -116,6 +118,15 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
 
 def _supervise(proc: subprocess.Popen[bytes]) -> tuple[int, Any, bool, bool]:
     """Wait for the program, forwarding a stop; (wait status, rusage, stop forwarded, killed after grace)."""
+    exited = pidfd(proc.pid)  # wakes the wait below when the program exits
+    try:
+        return _wait_forwarding(proc, exited)
+    finally:
+        if exited is not None:
+            os.close(exited)
+
+
+def _wait_forwarding(proc: subprocess.Popen[bytes], exited: int | None) -> tuple[int, Any, bool, bool]:
     forwarded_at: float | None = None
     killed = False
     grace = grace_seconds()
@@ -130,7 +141,10 @@ def _supervise(proc: subprocess.Popen[bytes]) -> tuple[int, Any, bool, bool]:
         elif forwarded_at is not None and not killed and time.monotonic() - forwarded_at > grace:
             _signal(proc.pid, signal.SIGKILL)
             killed = True
-        time.sleep(POLL_S)
+        if exited is None:
+            time.sleep(POLL_S)
+        else:
+            select.select([exited], [], [], POLL_S)
 
 
 def _never_started(resume: str) -> Outcome:

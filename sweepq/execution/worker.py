@@ -13,8 +13,6 @@ import os
 import select
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,9 @@ from sweepq.execution import channel as chan
 from sweepq.execution import diskfull, usage, usage_text
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.memory import OomCounters, judge_sigkill
+from sweepq.execution.procs import pidfd
 from sweepq.execution.progress import Progress
+from sweepq.execution.starter import Child, Launch, Starter
 from sweepq.execution.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.outcome import decide
@@ -52,8 +52,9 @@ class Worker:
         self.poll = poll
         self.stopping = False
         self.hard_stop = False
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
         self.store: Store | None = None
+        self.starter: Starter | None = None
         self.owners = liveness.for_root(root)
 
     # -- the loop ------------------------------------------------------------------
@@ -67,6 +68,8 @@ class Worker:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         diskfull.guard_streams()  # its log is on the sweep's disk: a full one must not raise from a print
         self.store = Store.open(self.root)
+        settings = self.store.settings()
+        self.starter = Starter(self.root, settings.train, settings.spec_dir, settings.start)  # at the first claim
         try:
             reconcile_markers(self.store)
             while not self.stopping:
@@ -84,6 +87,7 @@ class Worker:
                 raise
             return diskfull.stop_worker(words, self.child, GRACE_S)
         finally:
+            self.starter.close()
             self.store.close()
         return 130 if self.stopping else 0
 
@@ -121,10 +125,13 @@ class Worker:
             os.kill(self.child.pid, signal.SIGTERM)
         progress = Progress()
         sampler = usage.Sampler.watch(self.child.pid)  # a thread of this worker, never of the training
+        exited = pidfd(self.child.pid)  # None before Linux 5.3: the loop's timeout notices the exit
         try:
-            intent, status, rusage = self._watch(claim, settings, worker_end, progress, started, owner, sampler)
+            intent, status, rusage = self._watch(claim, settings, worker_end, progress, started, owner, sampler, exited)
         finally:
             used = sampler.stop()
+            if exited is not None:
+                os.close(exited)
         _sampled(progress, sampler, claim.number, None)  # the low-GPU flag, if only the whole attempt shows it
         for msg in chan.receive(worker_end):
             progress.take(msg)
@@ -139,6 +146,8 @@ class Worker:
         finish_attempt(self.store, claim.cell, claim.number, outcome)
         self.child = None
         owner.release()  # only now: a reaper must never race this worker's own close
+        assert self.starter is not None
+        self.starter.reap()  # what the attempt's own children left, adopted by this worker
 
     def _write_spec(self, claim: Claim, settings: Settings, started: float) -> Path:
         assert self.store is not None
@@ -162,7 +171,8 @@ class Worker:
 
     def _start(
         self, claim: Claim, settings: Settings, owner: liveness.Ownership, attempt_file: Path, channel_fd: int
-    ) -> subprocess.Popen[bytes]:
+    ) -> Child:
+        assert self.starter is not None
         paths = CellPaths(self.root, claim.cell)
         handoff = owner.handoff()  # the training process owns the cell while it lives
         env = dict(os.environ)
@@ -174,17 +184,15 @@ class Worker:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        with open(paths.stdout(claim.number), "ab") as out, open(paths.stderr(claim.number), "ab") as err:
-            return subprocess.Popen(
-                [sys.executable, "-m", "sweepq.execution.attempt", str(attempt_file)],
-                pass_fds=(*handoff.fds, channel_fd),
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=settings.spec_dir,
-                start_new_session=True,  # terminal signals reach it only through this worker
-            )
+        launch = Launch(
+            attempt_file=attempt_file,
+            cwd=settings.spec_dir,
+            env=env,
+            stdout=paths.stdout(claim.number),
+            stderr=paths.stderr(claim.number),
+            fds=(*handoff.fds, channel_fd),
+        )
+        return self.starter.start(launch)
 
     def _watch(
         self,
@@ -195,17 +203,25 @@ class Worker:
         started: float,
         owner: liveness.Ownership,
         sampler: usage.Sampler,
+        exited: int | None,
     ) -> tuple[Intent | None, int, Any]:
-        """Relay messages until the child exits; returns (why we stopped it, wait status, rusage)."""
+        """Relay messages until the child exits; returns (why we stopped it, wait status, rusage).
+        `exited` (a pidfd) turns readable when it exits, which wakes the loop at once."""
         assert self.child is not None and self.store is not None
         intent: Intent | None = None
         sent_term_at: float | None = None
         last_flush = 0.0
+        watched: list[int] = [sock.fileno()] if exited is None else [sock.fileno(), exited]
         while True:
-            ready, _, _ = select.select([sock], [], [], 0.2)
-            if ready:
-                for msg in chan.receive(sock):
+            ready, _, _ = select.select(
+                watched, [], [], 0.2 if sock.fileno() in watched or exited is not None else 0.01
+            )
+            if sock.fileno() in ready:
+                messages = chan.receive(sock)
+                for msg in messages:
                     progress.take(msg)
+                if not messages:  # readable with nothing to read: its end closed, the child is exiting
+                    watched.remove(sock.fileno())
                 # Where it resumed from is a receipt field: record it at once.
                 progress.flush_started(self.store, claim.cell, claim.number)
             pid, status, rusage = os.wait4(self.child.pid, os.WNOHANG)

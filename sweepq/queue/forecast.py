@@ -17,6 +17,8 @@ The model:
 - **A cell's speed** pools its attempts (their steps over their seconds); a cell with none takes
   its group's (every measured attempt of the group pooled), else the sweep's. **A cell's length**
   is its total steps as the training said it; else the mean of its group's, else of the sweep's.
+  Pools add whole microseconds (exact in any order), so the settled cells can come summed by the
+  queue (`Settled`) rather than cell by cell, with the same result.
 - **What is left**: a running cell ends its remaining steps at its speed from its latest point (or,
   before its first step, after its start-up); an interrupted or queued cell runs, after one
   start-up, from its newest committed checkpoint (what it will resume from) to its length. A cell
@@ -38,13 +40,15 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from sweepq.queue.states import CLAIMABLE, CellState
+
+#: The cells that take a worker, now or later; the others only lend their measures (`Settled`).
+UNSETTLED = frozenset({CellState.RUNNING, *CLAIMABLE})
 
 # The input is a tuple per cell and per attempt (not a dataclass): a live view builds one per cell of
 # the sweep at every refresh, and a tuple is several times cheaper to make.
@@ -77,8 +81,7 @@ class CellSeen(NamedTuple):
     attempts: tuple[AttemptSeen, ...] = ()  # oldest first; a running cell's current one last
 
 
-@dataclass(frozen=True)
-class CellForecast:
+class CellForecast(NamedTuple):  # one per cell of the sweep: a tuple is the cheapest to make
     seconds_per_step: float | None  # its own measured speed (None: not measured)
     ends_at: datetime | None  # None: settled, or no speed known
 
@@ -93,7 +96,7 @@ class Forecast:
     startup_seconds: float | None  # the sweep's median measured start-up
     began: datetime | None  # when the sweep's first attempt started
     last_end: datetime | None  # when its latest attempt ended
-    cells: dict[str, CellForecast] = field(default_factory=dict)
+    cells: Mapping[str, CellForecast] = field(default_factory=dict)
 
     @property
     def seconds_left(self) -> float | None:
@@ -109,28 +112,51 @@ class Forecast:
         return None if not spp else 1.0 / spp
 
 
+class _Cells(Mapping[str, CellForecast]):
+    """Each cell's forecast, made when asked for: a sweep of 100,000 cells asks for a few."""
+
+    def __init__(self, speed: Mapping[str, float], ends: Mapping[str, datetime | None]) -> None:
+        self._speed, self._ends = speed, ends  # a stalled cell's end: None
+
+    def __getitem__(self, cell: str) -> CellForecast:
+        if cell not in self._ends and cell not in self._speed:
+            raise KeyError(cell)
+        return CellForecast(self._speed.get(cell), self._ends.get(cell))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._speed.keys() | self._ends.keys())
+
+    def __len__(self) -> int:
+        return len(self._speed.keys() | self._ends.keys())
+
+
 #: A running attempt's speed counts once its steps cover this many seconds: its progress reaches the
 #: queue about once a second, so a shorter span is mostly that jitter (an ended attempt always counts).
 MIN_SPAN_S = 5.0
 
 
-@dataclass(frozen=True)
-class Span:
-    """Steps an attempt ran and the seconds they took; `startup` when it was measured (steady: the
-    seconds are the steps' alone), None when the seconds hold its start-up too."""
+_US = timedelta(microseconds=1)
+
+
+class Span(NamedTuple):
+    """Steps an attempt ran and the time they took, in whole microseconds; `startup` when it was
+    measured (steady: the time is the steps' alone), None when the time holds its start-up too."""
 
     steps: int
-    seconds: float
+    micros: int
     startup: float | None
     ended: bool = True
+
+    @property
+    def seconds(self) -> float:
+        return self.micros / 1e6
 
     def stepping(self, startup: float | None) -> float | None:
         """The seconds its steps took, given the sweep's start-up; None when they say nothing yet.
 
-        A running attempt seen once counts only when the start-up is known and its steps took at
-        least as long: until then its span is mostly its own start-up, which varies from one attempt
-        to the next (an ended one counts whatever it holds, start-up and all, if none is known).
-        """
+        A running attempt seen once counts only when the start-up is known and its steps took at least
+        as long: until then its span is mostly its own start-up, which varies from one attempt to the
+        next (an ended one counts whatever it holds, start-up and all, if none is known)."""
         if self.startup is not None:
             seconds = self.seconds
         elif self.ended:
@@ -148,27 +174,70 @@ def span(a: AttemptSeen) -> Span | None:
     if last is None or last.step <= a.start_step:
         return None
     if first is not None and last.step > first.step and last.at > first.at:
-        seconds = (last.at - first.at).total_seconds()
-        before = (first.at - a.started_at).total_seconds()
-        startup = before - (first.step - a.start_step) * seconds / (last.step - first.step)
-        return Span(last.step - first.step, seconds, min(max(0.0, startup), max(0.0, before)), a.ended_at is not None)
-    return Span(last.step - a.start_step, (last.at - a.started_at).total_seconds(), None, a.ended_at is not None)
+        micros = (last.at - first.at) // _US
+        before = (first.at - a.started_at) // _US / 1e6
+        startup = before - (first.step - a.start_step) * (micros / 1e6) / (last.step - first.step)
+        return Span(last.step - first.step, micros, min(max(0.0, startup), max(0.0, before)), a.ended_at is not None)
+    return Span(last.step - a.start_step, (last.at - a.started_at) // _US, None, a.ended_at is not None)
 
 
-@dataclass
-class _Pool:
+class _Pool(NamedTuple):
+    """Spans added up: their steps, their microseconds, and how many had the start-up taken off."""
+
     steps: int = 0
-    seconds: float = 0.0
+    micros: int = 0
+    takeoffs: int = 0
 
-    def add(self, s: Span, startup: float | None) -> None:
-        seconds = s.stepping(startup)
-        if seconds is not None:
-            self.steps += s.steps
-            self.seconds += seconds
+    def seconds_per_step(self, startup: float | None) -> float | None:
+        return (self.micros / 1e6 - self.takeoffs * (startup or 0.0)) / self.steps if self.steps else None
 
-    @property
-    def seconds_per_step(self) -> float | None:
-        return self.seconds / self.steps if self.steps else None
+
+def _pools(
+    spans: Iterable[tuple[int, str, Span]], startup: float | None
+) -> tuple[dict[str, _Pool], dict[int, _Pool], _Pool]:
+    """The spans that count, pooled by cell, by group and for the whole sweep."""
+    own: dict[str, list[int]] = {}
+    groups: dict[int, list[int]] = {}
+    whole = [0, 0, 0]
+    for group, cell, s in spans:
+        if s.stepping(startup) is None:
+            continue
+        takeoff = int(s.startup is None and startup is not None)
+        for pool in (own.setdefault(cell, [0, 0, 0]), groups.setdefault(group, [0, 0, 0]), whole):
+            pool[0] += s.steps
+            pool[1] += s.micros
+            pool[2] += takeoff
+    return {c: _Pool(*p) for c, p in own.items()}, {g: _Pool(*p) for g, p in groups.items()}, _Pool(*whole)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The settled cells (done, failed, cancelled) as the forecast needs them. They take no worker:
+    they lend the fall-backs their speeds, start-ups and lengths, and keep their own speed."""
+
+    spans: Sequence[tuple[int, str, Span]] = ()  # (group, cell, span) of each attempt with a step past its start
+    lengths: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # group: (total steps, cells that know theirs)
+    began: datetime | None = None  # the earliest start of their attempts
+    last_end: datetime | None = None  # the latest end
+
+    def plus(self, cells: Iterable[CellSeen]) -> Settled:
+        """These and settled cells read one by one."""
+        spans, lengths, attempts = list(self.spans), dict(self.lengths), list[AttemptSeen]()
+        for c in cells:
+            spans += [(c.group, c.id, s) for a in c.attempts if (s := span(a)) is not None]
+            attempts += c.attempts
+            if c.total_steps:
+                steps, n = lengths.get(c.group, (0, 0))
+                lengths[c.group] = (steps + c.total_steps, n + 1)
+        began, last_end = _when(attempts, self)
+        return Settled(spans, lengths, began, last_end)
+
+
+def _when(attempts: Sequence[AttemptSeen], settled: Settled) -> tuple[datetime | None, datetime | None]:
+    """When the first of `attempts` and `settled` started, and the last ended."""
+    began = [a.started_at for a in attempts] + ([settled.began] if settled.began else [])
+    ends = [a.ended_at for a in attempts if a.ended_at] + ([settled.last_end] if settled.last_end else [])
+    return min(began, default=None), max(ends, default=None)
 
 
 @dataclass(frozen=True)
@@ -176,29 +245,25 @@ class _Measures:
     """Every cell's speed and length with the fallbacks of the model, and the start-up."""
 
     speed: dict[str, float]  # the cell's own, when measured
-    length: dict[str, int | None]
+    length: dict[str, int | None]  # the unsettled cells'
     startup: float | None
     group_speed: dict[int, float | None]
     sweep_speed: float | None
 
     @classmethod
-    def of(cls, cells: Sequence[CellSeen]) -> _Measures:
-        spans = {c.id: [s for a in c.attempts if (s := span(a)) is not None] for c in cells if c.attempts}
-        measured = [s.startup for ss in spans.values() for s in ss if s.startup is not None and s.stepping(None)]
+    def of(cls, cells: Sequence[CellSeen], settled: Settled) -> _Measures:
+        """`cells`: the unsettled ones; `settled`: the others."""
+        spans = [(c.group, c.id, s) for c in cells for a in c.attempts if (s := span(a)) is not None]
+        spans += settled.spans
+        measured = [s.startup for _, _, s in spans if s.startup is not None and s.stepping(None)]
         startup = statistics.median(measured) if measured else None
-        own: dict[str, _Pool] = defaultdict(_Pool)
-        groups: dict[int, _Pool] = defaultdict(_Pool)
-        whole = _Pool()
-        for c in cells:
-            for s in spans.get(c.id, ()):
-                for pool in (own[c.id], groups[c.group], whole):
-                    pool.add(s, startup)
+        own, groups, whole = _pools(spans, startup)
         return cls(
-            speed={i: spp for i, pool in own.items() if (spp := pool.seconds_per_step) is not None},
-            length=_lengths(cells),
+            speed={i: spp for i, pool in own.items() if (spp := pool.seconds_per_step(startup)) is not None},
+            length=_lengths(cells, settled.lengths),
             startup=startup,
-            group_speed={g: p.seconds_per_step for g, p in groups.items()},
-            sweep_speed=whole.seconds_per_step,
+            group_speed={g: p.seconds_per_step(startup) for g, p in groups.items()},
+            sweep_speed=whole.seconds_per_step(startup),
         )
 
     def seconds_per_step(self, c: CellSeen) -> float | None:
@@ -208,20 +273,21 @@ class _Measures:
         return None
 
 
-def _lengths(cells: Sequence[CellSeen]) -> dict[str, int | None]:
-    """Each cell's total steps: its own, else its group's mean, else the sweep's."""
-    by_group: dict[int, list[int]] = defaultdict(list)
+def _lengths(cells: Sequence[CellSeen], settled: Mapping[int, tuple[int, int]]) -> dict[str, int | None]:
+    """Each cell's total steps: its own, else its group's mean, else the sweep's (settled cells' counted)."""
+    by_group = {g: list(v) for g, v in settled.items()}
     for c in cells:
         if c.total_steps:
-            by_group[c.group].append(c.total_steps)
-    known = [t for ts in by_group.values() for t in ts]
-    sweep = round(statistics.fmean(known)) if known else None
-    group = {g: round(statistics.fmean(ts)) for g, ts in by_group.items()}
+            sums = by_group.setdefault(c.group, [0, 0])
+            sums[0] += c.total_steps
+            sums[1] += 1
+    known = [v for v in by_group.values() if v[1]]
+    sweep = round(sum(v[0] for v in known) / sum(v[1] for v in known)) if known else None
+    group = {g: round(steps / n) for g, (steps, n) in by_group.items() if n}
     return {c.id: c.total_steps or group.get(c.group, sweep) for c in cells}
 
 
-@dataclass(frozen=True)
-class _Job:
+class _Job(NamedTuple):
     """A claimable cell for the simulation: its rank in claim order, when it may start, how long it runs."""
 
     rank: tuple[int, int, int]
@@ -230,17 +296,22 @@ class _Job:
     seconds: float
 
 
-def forecast(cells: Sequence[CellSeen], workers: int, now: datetime, late_s: float = math.inf) -> Forecast:
+def forecast(
+    cells: Sequence[CellSeen], workers: int, now: datetime, late_s: float = math.inf, settled: Settled | None = None
+) -> Forecast:
     """The sweep's ETA and each cell's, as of `now`, with `workers` workers (see the module's model).
 
+    `settled`: settled cells summed (those in `cells` are summed the same way first).
     A running cell whose projected end is over `late_s` seconds past is stalled: it is taken to end
     now, its own ETA is unknown, and the sweep's is a lower bound (`why` "stalled").
     """
-    m = _Measures.of(cells)
-    unsettled = [c for c in cells if c.state is CellState.RUNNING or c.state in CLAIMABLE]
+    unsettled = [c for c in cells if c.state in UNSETTLED]
+    if settled is None or len(unsettled) < len(cells):
+        settled = (settled or Settled()).plus(c for c in cells if c.state not in UNSETTLED)
+    m = _Measures.of(unsettled, settled)
     running = [c for c in unsettled if c.state is CellState.RUNNING]
     workers = max(1, workers, len(running))
-    attempts = [a for c in cells for a in c.attempts]
+    began, last_end = _when([a for c in unsettled for a in c.attempts], settled)
     ends: dict[str, datetime] = {}
     late: set[str] = set()
     no_rate = any(m.seconds_per_step(c) is None for c in unsettled)
@@ -248,7 +319,8 @@ def forecast(cells: Sequence[CellSeen], workers: int, now: datetime, late_s: flo
         projected = {c.id: _running_end(c, m, now) for c in running}
         late = {i for i, end in projected.items() if (now - end).total_seconds() > late_s}
         ends = {i: max(end, now) for i, end in projected.items()}
-        jobs = [_job(c, m, now) for c in unsettled if c.state in CLAIMABLE]
+        lasting: dict[tuple[float, int, int], float] = {}  # most queued cells of a group last as long
+        jobs = [_job(c, m, now, lasting) for c in unsettled if c.state in CLAIMABLE]
         ends |= _schedule(jobs, [*ends.values(), *[now] * (workers - len(running))])
     why = _why(no_rate, any(m.length[c.id] is None for c in unsettled), bool(late))
     return Forecast(
@@ -258,9 +330,9 @@ def forecast(cells: Sequence[CellSeen], workers: int, now: datetime, late_s: flo
         complete=not why,
         why=why,
         startup_seconds=m.startup,
-        began=min((a.started_at for a in attempts), default=None),
-        last_end=max((a.ended_at for a in attempts if a.ended_at is not None), default=None),
-        cells={i: CellForecast(m.speed.get(i), None if i in late else ends.get(i)) for i in {*m.speed, *ends}},
+        began=began,
+        last_end=last_end,
+        cells=_Cells(m.speed, {i: None if i in late else t for i, t in ends.items()} if late else ends),
     )
 
 
@@ -278,18 +350,18 @@ def _running_end(c: CellSeen, m: _Measures, now: datetime) -> datetime:
     return begins + _seconds((length or 0) - max(a.start_step, c.resume_step), spp)
 
 
-def _job(c: CellSeen, m: _Measures, now: datetime) -> _Job:
+def _job(c: CellSeen, m: _Measures, now: datetime, lasting: dict[tuple[float, int, int], float]) -> _Job:
     spp, length = m.seconds_per_step(c) or 0.0, m.length[c.id]
-    seconds = (m.startup or 0.0) + _seconds((length or 0) - c.resume_step, spp).total_seconds()
+    key = (spp, length or 0, c.resume_step)
+    if (seconds := lasting.get(key)) is None:
+        seconds = lasting[key] = (m.startup or 0.0) + _seconds((length or 0) - c.resume_step, spp).total_seconds()
     rank = (CLAIMABLE.index(c.state), c.group, c.idx)
     return _Job(rank, c.id, _due(c, now), seconds)
 
 
 def _due(c: CellSeen, now: datetime) -> datetime:
     """When a claimable cell may start: after its back-off, unless the clock went back since it began."""
-    if c.retry_after is None or c.retry_after <= now:
-        return now
-    if c.updated_at is not None and c.updated_at > now:
+    if c.retry_after is None or c.retry_after <= now or (c.updated_at is not None and c.updated_at > now):
         return now
     return c.retry_after
 
@@ -299,20 +371,29 @@ def _seconds(steps: int, seconds_per_step: float) -> timedelta:
 
 
 def _schedule(jobs: Iterable[_Job], free: list[datetime]) -> dict[str, datetime]:
-    """List scheduling: each worker, when free, takes the first job in claim order that is due by then."""
+    """List scheduling: each worker, when free, takes the first job in claim order that is due by then.
+    Jobs due at once (most of a sweep) come from a sorted list; only those in a back-off use the heap."""
     heapq.heapify(free)
-    later = sorted(jobs, key=lambda j: (j.due, j.rank))
-    ready: list[tuple[tuple[int, int, int], int]] = []  # (rank, index into later)
+    start = free[0] if free else None
+    now = sorted((j for j in jobs if start is None or j.due <= start), key=lambda j: j.rank)
+    later = sorted((j for j in jobs if start is not None and j.due > start), key=lambda j: (j.due, j.rank))
+    ready: list[tuple[tuple[int, int, int], int]] = []  # the due ones of `later`: (rank, index into later)
     ends: dict[str, datetime] = {}
-    i = 0
-    while i < len(later) or ready:
-        t = heapq.heappop(free)
-        if not ready and later[i].due > t:
+    lengths: dict[float, timedelta] = {}
+    i = n = 0
+    while n < len(now) or i < len(later) or ready:
+        t = free[0]
+        if n == len(now) and not ready and later[i].due > t:
             t = later[i].due  # nothing is due yet: this worker waits for the first back-off to end
         while i < len(later) and later[i].due <= t:
             heapq.heappush(ready, (later[i].rank, i))
             i += 1
-        job = later[heapq.heappop(ready)[1]]
-        ends[job.cell] = t + timedelta(seconds=job.seconds)
-        heapq.heappush(free, ends[job.cell])
+        if ready and (n == len(now) or ready[0][0] < now[n].rank):
+            job = later[heapq.heappop(ready)[1]]
+        else:
+            job, n = now[n], n + 1
+        if (length := lengths.get(job.seconds)) is None:
+            length = lengths[job.seconds] = timedelta(seconds=job.seconds)
+        ends[job.cell] = t + length
+        heapq.heapreplace(free, ends[job.cell])
     return ends

@@ -1,7 +1,10 @@
 """What the forecast (queue/forecast.py) needs of the queue: one read, one query per kind of row.
 
-It runs at every refresh of a live view, on sweeps of any size: the cells and the attempts are
-read as narrow tuples (no JSON column), and the checkpoints only as one aggregate per attempt.
+It runs at every refresh of a live view, on sweeps of any size. The cells that take a worker
+(running, interrupted, queued) are read one by one, as narrow tuples (no JSON column), with their
+attempts and one checkpoint aggregate per attempt. The settled cells (most of a large sweep) are
+not: the database works out each of their attempts' span (queue/forecast.py's `span`, in whole
+microseconds) and hands back those numbers alone, with their lengths summed by group.
 """
 
 from __future__ import annotations
@@ -10,36 +13,55 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import Connection, case, func, select
 
-from sweepq.queue.forecast import AttemptSeen, CellSeen, Forecast, Point, forecast
+from sweepq.queue.forecast import UNSETTLED, AttemptSeen, CellSeen, Forecast, Point, Settled, Span, forecast
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow
 from sweepq.queue.reads import stall_floor
 from sweepq.queue.states import CellState, CheckpointState, Reason
 from sweepq.queue.transactions import StoreBase
+
+_UNSETTLED = sorted(str(s) for s in UNSETTLED)
 
 
 class StoreForecastReads(StoreBase):
     def forecast(self, workers: int) -> Forecast:
         """The sweep's ETA and each cell's, with `workers` workers, as of the store's clock; a running
         cell late by more than the silence `status` calls "no progress" (reads.stall_floor) is stalled."""
-        return forecast(self.forecast_cells(), workers, self.clock(), late_s=stall_floor())
+        with self._read() as s:
+            conn = s.connection()
+            cells, settled = _cells(conn, settled_too=False), _settled(conn)
+        return forecast(cells, workers, self.clock(), late_s=stall_floor(), settled=settled)
 
     def forecast_cells(self) -> list[CellSeen]:
-        """Every cell still in the sweep, with what its attempts showed of their speed."""
+        """Every cell still in the sweep, settled ones too, with what its attempts showed of their speed
+        (what `forecast` sums in SQL, read one by one)."""
         with self._read() as s:
-            conn = s.connection()  # plain rows: the ORM's result machinery costs more than the query
-            cells = list(conn.execute(_CELLS))
-            attempts = list(conn.execute(_ATTEMPTS))
-            checkpoints = list(conn.execute(_CHECKPOINTS))
-        marks: dict[tuple[str, int | None], Any] = {(k.cell_id, k.attempt): k for k in checkpoints}
-        resume: dict[str, int] = defaultdict(int)
-        for k in checkpoints:
-            resume[k.cell_id] = max(resume[k.cell_id], k.committed or 0)
-        by_cell: dict[str, list[Any]] = defaultdict(list)
-        for a in attempts:
-            by_cell[a.cell_id].append(a)
-        return [_cell(c, by_cell.get(c.id, []), marks, resume[c.id]) for c in cells]
+            return _cells(s.connection(), settled_too=True)
+
+
+def _cells(conn: Connection, settled_too: bool) -> list[CellSeen]:
+    """The cells still in the sweep (only those that take a worker unless `settled_too`), as plain rows:
+    the ORM's result machinery costs more than the query."""
+    cells, attempts, checkpoints = _CELLS, _ATTEMPTS, _CHECKPOINTS
+    if not settled_too:
+        cells = cells.where(CellRow.state.in_(_UNSETTLED))
+        attempts = attempts.join(CellRow, CellRow.id == AttemptRow.cell_id).where(CellRow.state.in_(_UNSETTLED))
+        checkpoints = checkpoints.join(CellRow, CellRow.id == CheckpointRow.cell_id).where(
+            CellRow.state.in_(_UNSETTLED)
+        )
+    return _seen(list(conn.execute(cells)), list(conn.execute(attempts)), list(conn.execute(checkpoints)))
+
+
+def _seen(cells: list[Any], attempts: list[Any], checkpoints: list[Any]) -> list[CellSeen]:
+    marks: dict[tuple[str, int | None], Any] = {(k.cell_id, k.attempt): k for k in checkpoints}
+    resume: dict[str, int] = defaultdict(int)
+    for k in checkpoints:
+        resume[k.cell_id] = max(resume[k.cell_id], k.committed or 0)
+    by_cell: dict[str, list[Any]] = defaultdict(list)
+    for a in attempts:
+        by_cell[a.cell_id].append(a)
+    return [_cell(c, by_cell.get(c.id, []), marks, resume[c.id]) for c in cells]
 
 
 _CELLS = (
@@ -133,4 +155,77 @@ def _end(a: Any) -> Point | None:
     long after it died (the next launch), so it tells nothing of its speed."""
     if a.reason is None or a.reason == _LOST or a.end_step is None or a.wall_seconds is None:
         return None
-    return Point(a.started_at + timedelta(seconds=a.wall_seconds), a.end_step)
+    return Point(a.started_at + timedelta(microseconds=_micros(a.wall_seconds)), a.end_step)
+
+
+def _micros(seconds: float) -> int:
+    """Seconds to whole microseconds, rounded as the settled spans' SQL rounds them (half up)."""
+    return int(seconds * 1e6 + 0.5)
+
+
+def _settled(conn: Connection) -> Settled:
+    """The settled cells still in the sweep, summed (forecast.Settled): three queries at any size."""
+    spans = [
+        (g, cell, Span(steps, micros, startup, bool(ended)))
+        for g, cell, steps, micros, startup, ended in conn.exec_driver_sql(_SETTLED_SPANS, {"lost": _LOST})
+    ]
+    lengths = {g: (steps or 0, n) for g, steps, n in conn.execute(_SETTLED_LENGTHS)}
+    began, last_end = conn.execute(_SETTLED_TIMES).one()
+    return Settled(spans, lengths, began, last_end)
+
+
+def _settled_cells() -> Any:
+    return (CellRow.state.not_in(_UNSETTLED)) & CellRow.removed.is_(False)
+
+
+_SETTLED_LENGTHS = (
+    select(CellRow.group_number, func.sum(CellRow.total_steps), func.count())
+    .where(_settled_cells(), CellRow.total_steps.is_not(None), CellRow.total_steps != 0)
+    .group_by(CellRow.group_number)
+)
+_SETTLED_TIMES = (
+    select(func.min(AttemptRow.started_at), func.max(AttemptRow.ended_at))
+    .join(CellRow, CellRow.id == AttemptRow.cell_id)
+    .where(_settled_cells())
+)
+
+
+def _us(t: str) -> str:
+    """A stored time (SQLite text, naive UTC with microseconds) as whole microseconds since the epoch:
+    exact, where julianday() would round."""
+    return f"(CAST(strftime('%s', substr({t}, 1, 19)) AS INTEGER) * 1000000 + CAST(substr({t}, 21, 6) AS INTEGER))"
+
+
+# Each attempt of a settled cell as forecast.span makes it from forecast_reads' points, in the same
+# floating-point operations: its first point its first checkpoint, its last its end as its receipt
+# measured it (a lost one's: its newest checkpoint), a steady span from the first to the last point.
+_SETTLED_SPANS = f"""
+WITH marks AS (
+    SELECT cell_id, attempt, min(step) AS fs, min(created_at) AS fa, max(step) AS ls, max(created_at) AS la
+    FROM checkpoints NOT INDEXED WHERE state != '{CheckpointState.CORRUPT}' GROUP BY cell_id, attempt
+), lasts AS MATERIALIZED (
+    SELECT g, cell, s0, k0, ended, fs, f_us,
+        CASE WHEN receipt THEN end_step ELSE ls END AS l_step,
+        CASE WHEN receipt THEN s0 + CAST(wall * 1000000.0 + 0.5 AS INTEGER) ELSE {_us("la")} END AS l_us
+    FROM (
+        SELECT c.group_number AS g, a.cell_id AS cell, {_us("a.started_at")} AS s0, coalesce(a.start_step, 0) AS k0,
+            a.ended_at IS NOT NULL AS ended, m.fs AS fs, {_us("m.fa")} AS f_us,
+            a.reason IS NOT NULL AND a.reason != :lost AND a.end_step IS NOT NULL AND a.wall_seconds IS NOT NULL
+                AS receipt,
+            a.end_step AS end_step, a.wall_seconds AS wall, m.ls AS ls, m.la AS la
+        FROM cells c JOIN attempts a ON a.cell_id = c.id
+        LEFT JOIN marks m ON m.cell_id = a.cell_id AND m.attempt = a.number
+        WHERE c.state NOT IN ({", ".join(f"'{s}'" for s in _UNSETTLED)}) AND NOT c.removed
+    )
+), steady AS (
+    SELECT *, fs IS NOT NULL AND l_step > fs AND l_us > f_us AS steady, (f_us - s0) / 1000000.0 AS before
+    FROM lasts WHERE l_step > k0
+)
+SELECT g, cell,
+    CASE WHEN steady THEN l_step - fs ELSE l_step - k0 END,
+    CASE WHEN steady THEN l_us - f_us ELSE l_us - s0 END,
+    CASE WHEN steady THEN min(max(0.0, before - (fs - k0) * ((l_us - f_us) / 1000000.0) / (l_step - fs)),
+                              max(0.0, before)) END,
+    ended
+FROM steady
+"""

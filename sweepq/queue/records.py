@@ -183,6 +183,7 @@ class Outcome:
     start_step: int | None = None
     start_checkpoint_sha: str | None = None
     usage: dict[str, Any] | None = None  # what the worker sampled (execution/usage.py)
+    started_by: str | None = None  # "interpreter" or "template" (a fork of the worker's, execution/template.py)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -62,6 +62,7 @@ GROUPED_KEYS = (
     "interpreter",
     "workdir",
     "done_when",
+    "start",
     "groups",
     "grid",
     "max_attempt_seconds",

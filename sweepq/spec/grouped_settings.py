@@ -28,12 +28,14 @@ from sweepq.spec.types import (
     DEFAULT_BACKOFF_SECONDS,
     DEFAULT_RETRIES,
     DONE_WHEN,
+    STARTS,
     WORKDIRS,
     CheckpointPolicy,
     DoneWhen,
     Metric,
     RetryPolicy,
     Settings,
+    Start,
     Workdir,
 )
 
@@ -75,6 +77,7 @@ def grouped_settings(ctx: SpecContext, data: dict, name: str) -> Settings:
         data=_read_data(ctx, data.get("data")),
         workdir=workdir,
         done_when=cast(DoneWhen, _read_choice(ctx, data, "done_when", DONE_WHEN)),
+        start=cast(Start, _read_choice(ctx, data, "start", STARTS)),
     )
 
 

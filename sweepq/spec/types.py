@@ -32,6 +32,7 @@ DEFAULT_MAX_CELLS = 10_000
 
 Workdir = Literal["output", "sweep"]
 DoneWhen = Literal["exit_zero", "reported"]
+Start = Literal["fork", "fresh"]
 #: `workdir:` of a program sweep: where its program runs (the first is the default).
 WORKDIRS: dict[str, str] = {
     "output": "each cell runs in its own output folder, cells/<cell>/output/",
@@ -41,6 +42,12 @@ WORKDIRS: dict[str, str] = {
 DONE_WHEN: dict[str, str] = {
     "exit_zero": "exit status 0 with no stop signal sweepq saw (a Run must call finish() or reach its total)",
     "reported": "only a completion the program reported: run.finish(), or its outcome file",
+}
+
+#: `start:`: how each attempt's process starts (the first is the default).
+STARTS: dict[str, str] = {
+    "fork": "a fork of the worker's template process, which imported sweepq, torch and the train module once",
+    "fresh": "a new Python interpreter that imports them again (a second or more a cell)",
 }
 
 
@@ -99,6 +106,7 @@ class Settings:
     data: list[str] = field(default_factory=list)  # absolute paths of declared data
     workdir: Workdir = "output"  # where a program runs (WORKDIRS)
     done_when: DoneWhen = "exit_zero"  # what makes a program's cell done (DONE_WHEN)
+    start: Start = "fork"  # how a train cell's attempt starts (STARTS)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -21,6 +21,7 @@ from conftest import (
     HERE,
     cli,
     cli_json,
+    cmdline,
     env_with,
     kill_tree,
     start,
@@ -52,7 +53,7 @@ def program_pid(launch_pid: int, script: str) -> psutil.Process | None:
         if (
             parent is not None
             and any(c.endswith(script) for c in cmd)
-            and "sweepq.execution.attempt" in " ".join(parent.cmdline())
+            and "sweepq.execution.attempt" in cmdline(parent)
         ):
             return p
     return None

@@ -227,3 +227,32 @@ def test_detach_refuses_a_second_launch_and_stops_gracefully(sweep_dir: Path) ->
     assert receipts(root)["1.1"] == [("preempted", 0, end_step), ("completed", end_step, 40)]  # nothing lost
     watch = cli("status", "--watch", "--root", str(root), cwd=sweep_dir)  # settled: one table, then it ends
     assert watch.returncode == 0 and "1 cells: 1 done" in watch.stdout
+
+
+WRITE_AFTER_HANGUP = r"""
+import os, pty, signal, sys
+from pathlib import Path
+from sweepq.cli.terminal import Terminal
+
+master, slave = pty.openpty()
+os.dup2(slave, 1)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` leaves it
+terminal = Terminal()
+terminal.log = Path(sys.argv[1])
+terminal.keep_on_hangup()
+console = terminal.console()
+console.print("on the terminal")
+os.close(master)  # the window closes; no poll of terminal.gone() comes before the next write
+console.print("after the hangup")
+"""
+
+
+def test_a_write_to_a_hung_up_terminal_says_the_terminal_is_gone(tmp_path: Path) -> None:
+    """With SIGHUP ignored, the first sign of a closed terminal may be a failed write (EIO), before the
+    launch's poll sees it: the log still says the terminal is gone, and the line is kept."""
+    log = tmp_path / "launch.log"
+    r = subprocess.run([SWEEPQ[0], "-c", WRITE_AFTER_HANGUP, str(log)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    text = log.read_text()
+    assert "the terminal is gone" in text and "writing the output failed" not in text, text
+    assert "after the hangup" in text

@@ -8,7 +8,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import event
 
-from sweepq.queue.forecast import MIN_SPAN_S, AttemptSeen, CellSeen, Point, forecast, span
+from sweepq.queue.forecast import MIN_SPAN_S, UNSETTLED, AttemptSeen, CellSeen, Point, Settled, forecast, span
+from sweepq.queue.forecast_reads import _settled
+from sweepq.queue.reads import stall_floor
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import CellState
 from sweepq.queue.store import Store
@@ -216,3 +218,51 @@ def test_the_store_forecast_divides_among_workers(
     run_attempt(store, clock, "1.1", startup=10, steps=100, spp=0.5, reason="completed")
     fc = store.forecast(workers)
     assert fc.seconds_left == expected  # 12 queued cells of 10 s + 100 steps at 0.5 s, in rounds of `workers`
+
+
+def resumed(store: Store, clock: FakeClock, cell: str, start: int, steps: int, spp: float, reason: str) -> None:
+    """Claim `cell` again and run it from checkpoint step `start` to `steps`, one checkpoint on the way."""
+    assert store.claim(cell, WORKER) is not None
+    n = store.cell(cell).attempts
+    store.attempt_started(cell, n, start_step=start)
+    clock.advance(2.9 + 5 * spp)
+    store.record_checkpoint(cell, start + 5, path=f"cells/{cell}/checkpoints/step-{start + 5}", attempt=n)
+    clock.advance((steps - start - 5) * spp)
+    store.finish(cell, n, Outcome(reason=reason, end_step=steps, wall_seconds=2.9 + (steps - start) * spp + 1e-7))
+
+
+def test_settled_cells_summed_by_the_database_give_the_same_forecast(store: Store, clock: FakeClock) -> None:
+    """The settled cells' spans come from SQL (forecast_reads._settled); read one by one and summed in
+    Python instead, every figure of the forecast is the same, to the last bit."""
+    run_attempt(store, clock, "1.1", startup=7.3, steps=100, spp=0.37, reason="completed")
+    run_attempt(store, clock, "1.2", startup=4.1, steps=40, spp=0.41, reason="preempted")
+    resumed(store, clock, "1.2", start=10, steps=100, spp=0.43, reason="completed")  # resumed from step 10
+    run_attempt(store, clock, "1.3", startup=5.0, steps=30, spp=0.5)
+    clock.advance(600)
+    store.finish("1.3", 1, Outcome(reason="lost", end_step=30))  # reaped long after: no end point
+    resumed(store, clock, "1.3", start=10, steps=100, spp=0.39, reason="completed")
+    run_attempt(store, clock, "1.4", startup=6.7, steps=20, spp=0.33, reason="error")  # no retry: failed
+    run_attempt(store, clock, "1.5", startup=3.3, steps=25, spp=0.35, reason="preempted")
+    store.cancel(["1.5"])
+    run_attempt(store, clock, "2.1", startup=3.1, steps=100, spp=1.13, reason="completed")
+    assert store.claim("2.2", WORKER) is not None  # no checkpoint: start-up and steps in one span
+    store.attempt_started("2.2", 1, start_step=0)
+    clock.advance(61.7)
+    store.finish("2.2", 1, Outcome(reason="completed", end_step=50, wall_seconds=61.7))
+    run_attempt(store, clock, "1.6", startup=5.5, steps=60, spp=0.36)  # running
+    run_attempt(store, clock, "1.7", startup=4.4, steps=30, spp=0.38, reason="preempted")  # interrupted
+    states = {c: store.cell(c).state for c in ("1.1", "1.2", "1.3", "1.4", "1.5", "2.2", "1.6", "1.7")}
+    assert list(states.values()) == [CellState.DONE] * 3 + [CellState.FAILED, CellState.CANCELLED, CellState.DONE] + [
+        CellState.RUNNING,
+        CellState.INTERRUPTED,
+    ]
+    cells = store.forecast_cells()
+    with store._read() as s:
+        summed = _settled(s.connection())
+    assert sorted(summed.spans) == sorted(Settled().plus(c for c in cells if c.state not in UNSETTLED).spans)
+    assert len(summed.spans) == 9  # 1.3's lost attempt showed no step past its start
+    for workers in (1, 3):
+        fc = store.forecast(workers)
+        assert fc == forecast(cells, workers, store.clock(), late_s=stall_floor())
+        assert fc.complete and fc.startup_seconds is not None and fc.steps_per_second("1.3") is not None
+    assert fc.steps_per_second("1.1") != fc.steps_per_second("2.1")  # different rates, group by group
