@@ -81,7 +81,7 @@ def write_spec(folder: Path) -> Path:
 
 def seed_root(folder: Path) -> Path:
     """A half-finished 100-cell root, written through the queue's verbs (see the module's docstring)."""
-    from sweepq.cli.launch import default_root
+    from sweepq.cli.roots import default_root
     from sweepq.queue import reconcile
     from sweepq.queue.liveness import FileLockLiveness
     from sweepq.queue.records import WorkerInfo

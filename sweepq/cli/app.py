@@ -60,7 +60,7 @@ def _disk_words(e: BaseException, spec: Any, root: Any) -> str | None:
     if found is not None:
         return diskfull.describe(*found)
     try:  # SQLite says "disk I/O error" as often as "full": ask the disk that holds the queue
-        from sweepq.cli.launch import resolve_root
+        from sweepq.cli.roots import resolve_root
         from sweepq.queue.database import Database
 
         db = Database.for_root(resolve_root(spec, root)).path
@@ -92,7 +92,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 @contextmanager
 def reading(spec: str | None, root: str | None) -> Iterator[Store]:
     """The store of the root named by SPEC, --root or the current folder, never written."""
-    from sweepq.cli.launch import resolve_root
+    from sweepq.cli.roots import resolve_root
     from sweepq.queue.store import Store
 
     store = Store.open_readonly(resolve_root(spec, root))
@@ -105,7 +105,7 @@ def reading(spec: str | None, root: str | None) -> Iterator[Store]:
 @contextmanager
 def steering(root: str | None) -> Iterator[Store]:
     """The store for a steering command (migrated if needed, short writes)."""
-    from sweepq.cli.launch import resolve_root
+    from sweepq.cli.roots import resolve_root
     from sweepq.queue.store import Store
 
     store = Store.open(resolve_root(None, root))

@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,9 @@ from rich.live import Live
 from sweepq.cli import failures, header, launch_lock, launch_summary, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
-from sweepq.execution import usage_text
+from sweepq.execution import gate, usage_text
 from sweepq.execution.diskfull import EXIT_DISK_FULL, workers_stopped
-from sweepq.layout import RootPaths, default_root_beside
+from sweepq.layout import RootPaths
 from sweepq.queue import reconcile
 from sweepq.queue.database import Database
 from sweepq.queue.reaper import reap, reconcile_markers
@@ -45,38 +46,6 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # not SIGHUP: losing the termina
 HARD_STOP_WAIT_S = 10.0
 STOPPING = "stopping: running cells are writing a checkpoint (Ctrl-C again to stop at once)"
 STOPPING_NOW = "stopping at once (second interrupt): no emergency checkpoint"
-
-
-def default_root(sweep: Sweep) -> Path:
-    """`root:` from the file, else runs/<name> beside the file."""
-    return sweep.root or default_root_beside(Path(sweep.settings.spec_dir), sweep.settings.name)
-
-
-def resolve_root(spec: str | None, root: str | None) -> Path:
-    """The sweep root from --root (a folder, or a sweep file), the SPEC, or the current folder."""
-    if root:
-        p = Path(root)
-        if p.is_file() and p.suffix in (".yaml", ".yml"):
-            return _resolved(default_root(load_sweep(p)))
-        return _resolved(p)
-    if spec:
-        if Path(spec).is_dir():  # `sweepq status runs/x`: a root where a sweep file may stand
-            return _resolved(Path(spec))
-        return _resolved(default_root(load_sweep(spec)))
-    cwd = Path.cwd()
-    if Database.for_root(cwd).exists():
-        return cwd
-    raise UsageError(
-        "no sweep root given and the current folder is not one: pass the sweep file, "
-        "--root DIR, or run the command inside a sweep root"
-    )
-
-
-def _resolved(root: Path) -> Path:
-    try:
-        return root.resolve()
-    except (RuntimeError, OSError) as e:  # a loop of symbolic links (RuntimeError before Python 3.13)
-        raise UsageError(f"the sweep root {root} cannot be used: {e}") from None
 
 
 def check_writable(root: Path) -> None:
@@ -111,7 +80,8 @@ def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
     # An older schema is upgraded first: the stored cells are read through this sweepq's models.
     store = Store.open_readonly(target, database=database) if current else Store.open(target, database=database)
     try:
-        plan = store.read_reconcile(lambda existing: reconcile.plan(sweep, existing, accept_changed))
+        planner = partial(reconcile.plan, sweep, accept_changed=accept_changed)
+        plan = store.read_reconcile(planner, reconcile.plan_digest(sweep))
     finally:
         store.close()
     return Prepared(sweep, target, plan, accept_changed)
@@ -120,9 +90,8 @@ def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
 def apply(p: Prepared) -> Store:
     store = Store.open(p.root, create=True)
     try:
-        p.plan = store.apply_reconcile(
-            p.sweep.settings, str(p.sweep.path), lambda existing: reconcile.plan(p.sweep, existing, p.accept_changed)
-        )
+        planner = partial(reconcile.plan, p.sweep, accept_changed=p.accept_changed)
+        p.plan = store.apply_reconcile(p.sweep.settings, str(p.sweep.path), planner, reconcile.plan_digest(p.sweep))
     except BaseException:
         store.close()
         raise
@@ -148,6 +117,7 @@ class Launcher:
         self.live = live
         self.terminal = terminal
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.gate: int | None = None  # the workers' gate, while they wait on it
         self.stops = 0
         self.signals: list[int] = []  # the stops' signals, for the output (the handler writes nothing)
         self.hard_deadline: float | None = None  # after a second interrupt: when to kill what is left
@@ -167,6 +137,20 @@ class Launcher:
                     pass
 
     def start_workers(self) -> None:
+        """Start the workers, each waiting at the gate (execution/gate.py) until `open_gate`."""
+        reader, self.gate = os.pipe()
+        try:
+            self._start_workers(reader)
+        finally:
+            os.close(reader)  # the workers hold their own
+
+    def open_gate(self, go: bool = True) -> None:
+        """Let the workers claim (`go`), or send them away without a claim; once."""
+        if self.gate is not None:
+            fd, self.gate = self.gate, None
+            gate.release(fd, len(self.procs), go)
+
+    def _start_workers(self, reader: int) -> None:
         paths = RootPaths(self.root)
         paths.logs.mkdir(parents=True, exist_ok=True)
         threads = max(1, (os.cpu_count() or 1) // self.n)
@@ -190,7 +174,10 @@ class Launcher:
                         f"{os.uname().nodename}:{os.getpid()}/w{i + 1}",
                         "--parent-pid",
                         str(os.getpid()),
+                        "--gate-fd",
+                        str(reader),
                     ],
+                    pass_fds=(reader,),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -349,15 +336,28 @@ def launch(
 
 def _run(store: Store, prepared: Prepared, launcher: Launcher, ready_fd: int | None) -> int:
     console = launcher.console
-    reconcile_markers(store)
-    reap(store)
-    launch_summary.describe_start(store, prepared.sweep, prepared.root, prepared.plan, console)
-    if store.unsettled() == 0:
+    # Started first, so that their interpreters start while the markers are checked; they claim at the gate.
+    if store.unsettled() > 0:
+        launcher.start_workers()
+    try:
+        reconcile_markers(store)
+        reap(store)
+        launch_summary.describe_start(store, prepared.sweep, prepared.root, prepared.plan, console)
+        work = store.unsettled() > 0
+    except BaseException:
+        launcher.open_gate(go=False)
+        raise
+    if not work:
+        launcher.open_gate(go=False)
+        for p in launcher.procs:
+            p.wait()
         console.print("nothing to do: every cell is done, failed or cancelled")
         return exit_code(store, False)
     old = {s: signal.signal(s, launcher._on_signal) for s in STOP_SIGNALS}
     try:
-        launcher.start_workers()
+        if not launcher.procs:  # every cell was settled before the markers were checked: some are not now
+            launcher.start_workers()
+        launcher.open_gate()
         if ready_fd is not None:
             _tell_ready(ready_fd)
         launcher.wait(store)

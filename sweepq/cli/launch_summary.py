@@ -17,7 +17,7 @@ from sweepq.spec.sweep import Sweep
 
 def describe_start(store: Store, sweep: Sweep, root: Path, plan: reconcile.ReconcilePlan, console: Console) -> None:
     """Say what this launch will do, in the user's words: counts, and the first cells of each kind by id."""
-    for w in sweep.warnings:
+    for w in sweep.text_warnings:  # not `warnings`: the same file again is not expanded, its repeats not told again
         console.print(f"[yellow]warning:[/] {w}")
     census = store.census(LISTED)  # counted in the database: a root of 100,000 cells is not loaded
     console.print(f"sweep [bold]{sweep.settings.name}[/] at {render.shown_path(root)}: {census.total} cells")

@@ -8,7 +8,7 @@ import click
 
 from sweepq.cli import render
 from sweepq.cli.app import friendly, main, out
-from sweepq.cli.launch import default_root
+from sweepq.cli.roots import default_root
 from sweepq.errors import UsageError
 from sweepq.queue import rebuild
 from sweepq.queue.database import Database

@@ -135,10 +135,11 @@ def launch_cmd(
 @click.option("--root", "root", required=True, metavar="DIR", help="The sweep root.")
 @click.option("--name", default=None, help="This worker's name in receipts (default host:pid).")
 @click.option("--parent-pid", type=int, default=None, hidden=True, help="Stop gracefully when this process dies.")
+@click.option("--gate-fd", type=int, default=None, hidden=True, help="Claim once the launch says go on this pipe.")
 @friendly
-def worker(root: str, name: str | None, parent_pid: int | None) -> None:
+def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | None) -> None:
     """Run one worker on an existing sweep root (for other machines and schedulers)."""
-    from sweepq.cli.launch import resolve_root
+    from sweepq.cli.roots import resolve_root
     from sweepq.execution.procs import die_with_parent
     from sweepq.execution.worker import Worker
     from sweepq.queue.database import Database
@@ -148,4 +149,4 @@ def worker(root: str, name: str | None, parent_pid: int | None) -> None:
     path = resolve_root(None, root)
     if not Database.for_root(path).exists():
         raise UsageError(f"{path} is not a sweep root: launch the sweep once with `sweepq launch SPEC --root {root}`")
-    sys.exit(Worker(path, name=name).run())
+    sys.exit(Worker(path, name=name, gate=gate_fd).run())

@@ -15,7 +15,7 @@ import click
 
 from sweepq.cli import launch_lock, render
 from sweepq.cli.app import friendly, main
-from sweepq.cli.launch import resolve_root
+from sweepq.cli.roots import resolve_root
 from sweepq.errors import SweepqError, UsageError
 from sweepq.layout import RootPaths
 from sweepq.queue.database import Database
@@ -124,7 +124,7 @@ def _summary(root: Path, h: launch_lock.Holder) -> None:
 
 def _relaunch(root: Path, spec: str) -> str:
     """The arguments of the launch that resumes this root: the file, and --root when the file names another."""
-    from sweepq.cli.launch import default_root
+    from sweepq.cli.roots import default_root
     from sweepq.spec.sweep import load_sweep
 
     shown = render.shown_path(spec)

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import click
 
 from sweepq.cli.app import friendly, main, root_option, steering
-from sweepq.cli.launch import resolve_root
 from sweepq.cli.read_commands import is_place
+from sweepq.cli.roots import resolve_root
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
 from sweepq.queue import liveness

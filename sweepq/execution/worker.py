@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 from sweepq.atomic import atomic_write_json, read_json
 from sweepq.evidence import Evidence, Intent, Witness
 from sweepq.execution import channel as chan
-from sweepq.execution import diskfull, usage, usage_text
+from sweepq.execution import diskfull, gate, usage, usage_text
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.memory import OomCounters, judge_sigkill
 from sweepq.execution.procs import pidfd
@@ -45,8 +45,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # not SIGHUP: a terminal going a
 
 
 class Worker:
-    def __init__(self, root: Path, name: str | None = None, poll: float = POLL_S) -> None:
+    def __init__(self, root: Path, name: str | None = None, poll: float = POLL_S, gate: int | None = None) -> None:
         self.root = root
+        self.gate = gate  # a launch's pipe: claim once it says go; the launch checks the markers meanwhile
         host = socket.gethostname()
         self.info = WorkerInfo(worker=name or f"{host}:{os.getpid()}", host=host, pid=os.getpid())
         self.poll = poll
@@ -71,7 +72,10 @@ class Worker:
         settings = self.store.settings()
         self.starter = Starter(self.root, settings.train, settings.spec_dir, settings.start)  # at the first claim
         try:
-            reconcile_markers(self.store)
+            if self.gate is None:
+                reconcile_markers(self.store)
+            elif not gate.opens(self.gate):
+                return 0  # the launch found nothing to do, or is gone
             while not self.stopping:
                 reap(self.store)
                 claimed = self._claim_next()

@@ -45,6 +45,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from sweepq.queue.forecast_spans import MIN_SPAN_S as MIN_SPAN_S  # the model's parts, re-exported
+from sweepq.queue.forecast_spans import AttemptSeen, Span, pools, span
+from sweepq.queue.forecast_spans import Point as Point
 from sweepq.queue.states import CLAIMABLE, CellState
 
 #: The cells that take a worker, now or later; the others only lend their measures (`Settled`).
@@ -52,21 +55,6 @@ UNSETTLED = frozenset({CellState.RUNNING, *CLAIMABLE})
 
 # The input is a tuple per cell and per attempt (not a dataclass): a live view builds one per cell of
 # the sweep at every refresh, and a tuple is several times cheaper to make.
-
-
-class Point(NamedTuple):
-    """A step the queue saw an attempt reach, and when."""
-
-    at: datetime
-    step: int
-
-
-class AttemptSeen(NamedTuple):
-    started_at: datetime
-    start_step: int
-    first: Point | None = None  # the earliest point past its start (its first checkpoint)
-    last: Point | None = None  # the latest (its end, newest checkpoint, or latest progress)
-    ended_at: datetime | None = None  # None while it runs
 
 
 class CellSeen(NamedTuple):
@@ -130,86 +118,6 @@ class _Cells(Mapping[str, CellForecast]):
         return len(self._speed.keys() | self._ends.keys())
 
 
-#: A running attempt's speed counts once its steps cover this many seconds: its progress reaches the
-#: queue about once a second, so a shorter span is mostly that jitter (an ended attempt always counts).
-MIN_SPAN_S = 5.0
-
-
-_US = timedelta(microseconds=1)
-
-
-class Span(NamedTuple):
-    """Steps an attempt ran and the time they took, in whole microseconds; `startup` when it was
-    measured (steady: the time is the steps' alone), None when the time holds its start-up too."""
-
-    steps: int
-    micros: int
-    startup: float | None
-    ended: bool = True
-
-    @property
-    def seconds(self) -> float:
-        return self.micros / 1e6
-
-    def stepping(self, startup: float | None) -> float | None:
-        """The seconds its steps took, given the sweep's start-up; None when they say nothing yet.
-
-        A running attempt seen once counts only when the start-up is known and its steps took at least
-        as long: until then its span is mostly its own start-up, which varies from one attempt to the
-        next (an ended one counts whatever it holds, start-up and all, if none is known)."""
-        if self.startup is not None:
-            seconds = self.seconds
-        elif self.ended:
-            seconds = self.seconds - (startup or 0.0)
-        elif startup is None:
-            return None
-        else:
-            seconds = self.seconds - startup if self.seconds - startup >= startup else 0.0
-        return seconds if seconds > 0 and (self.ended or seconds >= MIN_SPAN_S) else None
-
-
-def span(a: AttemptSeen) -> Span | None:
-    """What an attempt showed of its speed (None: no step past its start)."""
-    first, last = a.first, a.last
-    if last is None or last.step <= a.start_step:
-        return None
-    if first is not None and last.step > first.step and last.at > first.at:
-        micros = (last.at - first.at) // _US
-        before = (first.at - a.started_at) // _US / 1e6
-        startup = before - (first.step - a.start_step) * (micros / 1e6) / (last.step - first.step)
-        return Span(last.step - first.step, micros, min(max(0.0, startup), max(0.0, before)), a.ended_at is not None)
-    return Span(last.step - a.start_step, (last.at - a.started_at) // _US, None, a.ended_at is not None)
-
-
-class _Pool(NamedTuple):
-    """Spans added up: their steps, their microseconds, and how many had the start-up taken off."""
-
-    steps: int = 0
-    micros: int = 0
-    takeoffs: int = 0
-
-    def seconds_per_step(self, startup: float | None) -> float | None:
-        return (self.micros / 1e6 - self.takeoffs * (startup or 0.0)) / self.steps if self.steps else None
-
-
-def _pools(
-    spans: Iterable[tuple[int, str, Span]], startup: float | None
-) -> tuple[dict[str, _Pool], dict[int, _Pool], _Pool]:
-    """The spans that count, pooled by cell, by group and for the whole sweep."""
-    own: dict[str, list[int]] = {}
-    groups: dict[int, list[int]] = {}
-    whole = [0, 0, 0]
-    for group, cell, s in spans:
-        if s.stepping(startup) is None:
-            continue
-        takeoff = int(s.startup is None and startup is not None)
-        for pool in (own.setdefault(cell, [0, 0, 0]), groups.setdefault(group, [0, 0, 0]), whole):
-            pool[0] += s.steps
-            pool[1] += s.micros
-            pool[2] += takeoff
-    return {c: _Pool(*p) for c, p in own.items()}, {g: _Pool(*p) for g, p in groups.items()}, _Pool(*whole)
-
-
 @dataclass(frozen=True)
 class Settled:
     """The settled cells (done, failed, cancelled) as the forecast needs them. They take no worker:
@@ -257,7 +165,7 @@ class _Measures:
         spans += settled.spans
         measured = [s.startup for _, _, s in spans if s.startup is not None and s.stepping(None)]
         startup = statistics.median(measured) if measured else None
-        own, groups, whole = _pools(spans, startup)
+        own, groups, whole = pools(spans, startup)
         return cls(
             speed={i: spp for i, pool in own.items() if (spp := pool.seconds_per_step(startup)) is not None},
             length=_lengths(cells, settled.lengths),
@@ -314,7 +222,9 @@ def forecast(
     began, last_end = _when([a for c in unsettled for a in c.attempts], settled)
     ends: dict[str, datetime] = {}
     late: set[str] = set()
-    no_rate = any(m.seconds_per_step(c) is None for c in unsettled)
+    # A cell has no speed only when none was measured anywhere (its group's and the sweep's pool the
+    # cell's own): the sweep's speed says it for every cell at once.
+    no_rate = m.sweep_speed is None and bool(unsettled)
     if not no_rate:
         projected = {c.id: _running_end(c, m, now) for c in running}
         late = {i for i, end in projected.items() if (now - end).total_seconds() > late_s}

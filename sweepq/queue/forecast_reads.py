@@ -2,9 +2,12 @@
 
 It runs at every refresh of a live view, on sweeps of any size. The cells that take a worker
 (running, interrupted, queued) are read one by one, as narrow tuples (no JSON column), with their
-attempts and one checkpoint aggregate per attempt. The settled cells (most of a large sweep) are
-not: the database works out each of their attempts' span (queue/forecast.py's `span`, in whole
-microseconds) and hands back those numbers alone, with their lengths summed by group.
+attempts and one checkpoint aggregate per attempt; the fresh ones among them (queued, never tried,
+no back-off: most of a large sweep's queue) as four bare values each, straight from the driver,
+since all the forecast needs of them is where they stand in claim order and their length. The
+settled cells (most of a large sweep) are not read one by one: the database works out each of their
+attempts' span (queue/forecast.py's `span`, in whole microseconds) and hands back those numbers
+alone, with their lengths summed by group.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import ClauseElement, Connection, and_, case, exists, func, not_, select, text
 
 from sweepq.queue.forecast import UNSETTLED, AttemptSeen, CellSeen, Forecast, Point, Settled, Span, forecast
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow
+from sweepq.queue.prepared import Prepared
 from sweepq.queue.reads import stall_floor
 from sweepq.queue.states import CellState, CheckpointState, Reason
 from sweepq.queue.transactions import StoreBase
@@ -30,7 +34,7 @@ class StoreForecastReads(StoreBase):
         cell late by more than the silence `status` calls "no progress" (reads.stall_floor) is stalled."""
         with self._read() as s:
             conn = s.connection()
-            cells, settled = _cells(conn, settled_too=False), _settled(conn)
+            cells, settled = _unsettled(conn), _settled(conn)
         return forecast(cells, workers, self.clock(), late_s=stall_floor(), settled=settled)
 
     def forecast_cells(self) -> list[CellSeen]:
@@ -40,10 +44,12 @@ class StoreForecastReads(StoreBase):
             return _cells(s.connection(), settled_too=True)
 
 
-def _cells(conn: Connection, settled_too: bool) -> list[CellSeen]:
-    """The cells still in the sweep (only those that take a worker unless `settled_too`), as plain rows:
-    the ORM's result machinery costs more than the query."""
+def _cells(conn: Connection, settled_too: bool, fresh: bool = True) -> list[CellSeen]:
+    """The cells still in the sweep (only those that take a worker unless `settled_too`; not the fresh
+    ones unless `fresh`), as plain rows: the ORM's result machinery costs more than the query."""
     cells, attempts, checkpoints = _CELLS, _ATTEMPTS, _CHECKPOINTS
+    if not fresh:
+        cells = cells.where(not_(_FRESH))
     if not settled_too:
         cells = cells.where(CellRow.state.in_(_UNSETTLED))
         attempts = attempts.join(CellRow, CellRow.id == AttemptRow.cell_id).where(CellRow.state.in_(_UNSETTLED))
@@ -51,6 +57,20 @@ def _cells(conn: Connection, settled_too: bool) -> list[CellSeen]:
             CellRow.state.in_(_UNSETTLED)
         )
     return _seen(list(conn.execute(cells)), list(conn.execute(attempts)), list(conn.execute(checkpoints)))
+
+
+def _unsettled(conn: Connection) -> list[CellSeen]:
+    """The cells that take a worker: those with a past (attempts, checkpoints, a back-off) as `_cells`
+    reads them, the fresh ones as bare tuples (what `_cell` would make of them, without the work)."""
+    cells = _cells(conn, settled_too=False, fresh=False)
+    queued = CellState.QUEUED
+    cells += [CellSeen(i, g, x, queued, n) for i, g, x, n in _rows(conn, _FRESH_CELLS)]
+    return cells
+
+
+def _rows(conn: Connection, stmt: ClauseElement) -> list[tuple[Any, ...]]:
+    """Every row of `stmt` as the driver gives it: a row object per cell costs more than the query."""
+    return Prepared(stmt, conn.dialect).rows(conn)
 
 
 def _seen(cells: list[Any], attempts: list[Any], checkpoints: list[Any]) -> list[CellSeen]:
@@ -81,6 +101,18 @@ _CELLS = (
     )
     .where(CellRow.removed.is_(False))
     .order_by(CellRow.group_number, CellRow.index)
+)
+
+# A fresh cell: queued, never tried (no attempt, no checkpoint kept), no back-off. Its forecast is its
+# group's speed and length from the start: `_cell` would make of it a CellSeen with defaults only.
+_FRESH = and_(
+    CellRow.state == str(CellState.QUEUED),
+    CellRow.retry_after.is_(None),
+    ~exists().where(AttemptRow.cell_id == CellRow.id),
+    ~exists().where(CheckpointRow.cell_id == CellRow.id, CheckpointRow.state != str(CheckpointState.CORRUPT)),
+)
+_FRESH_CELLS = select(CellRow.id, CellRow.group_number, CellRow.index, CellRow.total_steps).where(
+    _FRESH, CellRow.removed.is_(False)
 )
 
 _ATTEMPTS = select(
@@ -167,7 +199,7 @@ def _settled(conn: Connection) -> Settled:
     """The settled cells still in the sweep, summed (forecast.Settled): three queries at any size."""
     spans = [
         (g, cell, Span(steps, micros, startup, bool(ended)))
-        for g, cell, steps, micros, startup, ended in conn.exec_driver_sql(_SETTLED_SPANS, {"lost": _LOST})
+        for g, cell, steps, micros, startup, ended in _rows(conn, text(_SETTLED_SPANS).bindparams(lost=_LOST))
     ]
     lengths = {g: (steps or 0, n) for g, steps, n in conn.execute(_SETTLED_LENGTHS)}
     began, last_end = conn.execute(_SETTLED_TIMES).one()

@@ -53,6 +53,8 @@ class SweepRow(Base):
     name: Mapped[str] = mapped_column(String(200))
     spec_path: Mapped[str | None] = mapped_column(Text)
     settings: Mapped[dict[str, Any]]
+    #: The sweep file the cells were last reconciled with (reconcile.plan_digest); None: compare them all.
+    plan_digest: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -49,6 +49,18 @@ class Prepared:
             bound[key] = values[key] if convert is None else convert(values[key])
         return bound if self.order is None else [bound[k] for k in self.order]
 
+    def rows(self, conn: Connection, values: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a read in `conn`'s transaction: every row as the driver gives it (no column is converted)."""
+        args = self.args(values or {})
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(self.sql, args)
+            return cast(list[tuple[Any, ...]], cursor.fetchall())
+        except conn.dialect.loaded_dbapi.Error as e:
+            raise DBAPIError.instance(self.sql, args, e, conn.dialect.loaded_dbapi.Error) from e
+        finally:
+            cursor.close()
+
     def run(self, conn: Connection, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """Run in `conn`'s transaction: the first row it returns, converted (None when none or no RETURNING)."""
         args = self.args(values)

@@ -143,20 +143,19 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
     relaunch. Cells not done are read only where they have a folder.
     """
     changes = []
-    folders = _cell_folders(store.root)
     cells_dir = f"{store.root}/{CELLS_DIR}"  # text, not Path: 100,000 Path joins cost seconds
     for cell, finished_at in store.done_cells():
-        if folders is not None and cell not in folders:
-            why: str | None = "no DONE.json"
-        elif _unchanged(f"{cells_dir}/{cell}/{DONE_NAME}", finished_at):
+        if _unchanged(f"{cells_dir}/{cell}/{DONE_NAME}", finished_at):
             continue  # as it was when the queue heard: it was a marker then
-        else:
-            why = marker.load_done(CellPaths(store.root, cell))[1]
+        why = marker.load_done(CellPaths(store.root, cell))[1]  # "no DONE.json" where the folder is gone too
         if why is not None and store.requeue_missing_marker(cell, why):
             changes.append((cell, f"requeued: {why}"))
-    if folders == set():
+    if not _any_folder(cells_dir):
         return changes  # no cell ever started here: no marker to find
-    for cell, cfg_hash in store.unfinished_cells():
+    unfinished = store.unfinished_cells()
+    # Many cells not done: one listing says which have a folder. A few: each is asked (listing 100,000 costs more).
+    folders = _cell_folders(store.root) if len(unfinished) > LIST_FOLDERS_FROM else None
+    for cell, cfg_hash in unfinished:
         if folders is not None and cell not in folders:
             continue
         done, _ = marker.verify_done(CellPaths(store.root, cell), cfg_hash)
@@ -166,6 +165,9 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
     return changes
 
 
+LIST_FOLDERS_FROM = 1000  # cells not done, from which one listing of the cell folders is cheaper than a look each
+
+
 def _unchanged(done: str, finished_at: float | None) -> bool:
     """Whether the DONE.json at `done` is there and was last written before `finished_at` (epoch seconds)."""
     try:
@@ -173,6 +175,17 @@ def _unchanged(done: str, finished_at: float | None) -> bool:
     except OSError:
         return False  # gone, or unreadable: load_done says which
     return finished_at is not None and written <= finished_at
+
+
+def _any_folder(cells_dir: str) -> bool:
+    """Whether any cell has a folder yet (or the folder of cells cannot be listed: then ask each cell)."""
+    try:
+        with os.scandir(cells_dir) as entries:
+            return any(entry.is_dir() for entry in entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
 
 
 def _cell_folders(root: Path) -> set[str] | None:

@@ -126,7 +126,7 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
     groups = _read_groups(ctx, data, written_name, sweep_params)
     _check_cell_count(ctx, groups, max_cells)
     _check_values(ctx, groups, sweep_params)
-    cells = expand(ctx, [group.grid(sweep_params) for group in groups])
+    grids = [group.grid(sweep_params) for group in groups]
     root = optional_str(ctx, data, "root")
     check_no_nul(ctx, root, "root")
     return Sweep(
@@ -135,8 +135,8 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
         root=Path(ctx.resolve(root)) if root else None,
         description=optional_str(ctx, data, "description"),
         groups=[group.spec for group in groups],
-        cells=cells,
-        warnings=ctx.warnings,
+        expand=lambda: expand(ctx, grids),
+        notes=ctx.warnings,
     )
 
 

@@ -32,7 +32,9 @@ and what to write instead.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import hashlib
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -112,9 +114,8 @@ def parse_sweep(text: str, path: str | os.PathLike[str]) -> Sweep:
     document = load_yaml(text, str(path))
     ctx = SpecContext(str(path), document.numeric_looking_strings)
     data = document.data
-    if _detect_form(ctx, data) == "wandb":
-        return parse_wandb(ctx, data)
-    return parse_grouped(ctx, data)
+    sweep = parse_wandb(ctx, data) if _detect_form(ctx, data) == "wandb" else parse_grouped(ctx, data)
+    return dataclasses.replace(sweep, source_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
 _CELL_ID = re.compile(r"^([0-9]+)\.([0-9]+)$")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -139,15 +139,45 @@ class CellSpec:
 
 @dataclass(frozen=True)
 class Sweep:
+    """A parsed sweep file. Its cells are expanded when first asked for, once.
+
+    A relaunch of a file that is byte for byte the one last reconciled never asks
+    (queue/reconcile.py, `plan_digest`): 100,000 cells cost seconds to expand.
+    """
+
     path: Path  # the sweep file, absolute
     settings: Settings
     root: Path | None  # `root:` resolved against the file's folder; None if absent
     description: str | None
     groups: list[GroupSpec]
-    cells: list[CellSpec]  # in run order
-    warnings: list[str] = field(default_factory=list)
+    expand: Callable[[], list[CellSpec]] = field(repr=False, compare=False)  # the cells, in run order
+    #: The file's warnings: its text's from the parse, the expansion's (repeated cfgs) appended when it runs.
+    notes: list[str] = field(default_factory=list)
     project: str | None = None  # W&B metadata, kept as is
     entity: str | None = None
+    source_sha256: str = ""  # of the file's text: with the path, what says the file is unchanged
+
+    @property
+    def cells(self) -> list[CellSpec]:
+        cells: list[CellSpec] | None = self.__dict__.get("_cells")
+        if cells is None:
+            cells = self.expand()
+            object.__setattr__(self, "_cells", cells)  # frozen: the cache is no field
+        return cells
+
+    @property
+    def expanded(self) -> bool:
+        return "_cells" in self.__dict__
+
+    @property
+    def warnings(self) -> list[str]:
+        """Every warning, the expansion's included (it expands the cells)."""
+        return list(self.notes) if self.cells is not None else []
+
+    @property
+    def text_warnings(self) -> list[str]:
+        """The warnings known without expanding: all of them once the cells are expanded."""
+        return list(self.notes)
 
 
 def cfg_hash(cfg: Mapping[str, Any]) -> str:

@@ -118,15 +118,15 @@ def parse_wandb(ctx: SpecContext, data: dict) -> Sweep:
         metric=_read_metric(ctx, data.get("metric")),
     )
     group = GroupSpec(1, group_name_for(written_name))
-    cells = expand(ctx, [_grid(ctx, parameters, run_cap, group)])
+    grid = _grid(ctx, parameters, run_cap, group)
     return Sweep(
         path=ctx.path,
         settings=settings,
         root=None,
         description=optional_str(ctx, data, "description"),
         groups=[group],
-        cells=cells,
-        warnings=ctx.warnings,
+        expand=lambda: expand(ctx, [grid]),
+        notes=ctx.warnings,
         project=optional_str(ctx, data, "project"),
         entity=optional_str(ctx, data, "entity"),
     )

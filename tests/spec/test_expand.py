@@ -119,3 +119,20 @@ def test_plan_json_lists_one_cell_a_line(tmp_path):
     assert [row["cell"] for row in rows] == [f"1.{i}" for i in range(1, 7)]
     assert rows[5]["cfg"] == {"epochs": 2, "model": {"width": 8, "depth": 3}, "lr": 0.01}
     assert rows[5]["cfg_hash"] == cfg_hash(rows[5]["cfg"])
+
+
+def test_a_scalar_counts_as_the_same_value_exactly_when_yaml_writes_it_alike():
+    """value_identity's shortcut for scalars agrees with its definition, the YAML text (W&B's yaml_hash)."""
+    import yaml
+
+    from sweepq.spec.read import value_identity
+
+    def by_yaml(value: object) -> str:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return yaml.safe_dump(value, default_flow_style=True, sort_keys=True)
+
+    values: list[object] = [0, 1, 1.0, -0.0, True, False, None, "1", "1.0", "true", "", 0.1, "0.1", 1e300, 10**300]
+    values += [float("inf"), float("nan"), "null", "~", "yes", 2.5, [1], [1.0], {"a": 1}, "a", "A"]
+    pairs = [(a, b) for a in values for b in values]
+    assert [value_identity(a) == value_identity(b) for a, b in pairs] == [by_yaml(a) == by_yaml(b) for a, b in pairs]

@@ -318,11 +318,11 @@ def test_an_older_root_gets_the_claim_index_from_the_next_launch(store: Store) -
         return {i["name"] for i in inspect(s.engine).get_indexes("cells") if i["name"]}
 
     assert "ix_cells_claim" not in indexes(store) and "ix_cells_state" in indexes(store)
-    with pytest.raises(UsageError, match="schema revision 0002, this sweepq expects 0003"):
+    with pytest.raises(UsageError, match=f"schema revision 0002, this sweepq expects {db.SCHEMA_HEAD}"):
         Store.open_readonly(root)  # read commands never migrate
     reopened = Store.open(root)  # what a launch or a worker does
     try:
-        assert db.current_revision(reopened.engine) == "0003"
+        assert db.current_revision(reopened.engine) == db.SCHEMA_HEAD
         assert indexes(reopened) == {"ix_cells_order", "ix_cells_claim"}
         assert [(c.id, c.state) for c in reopened.cells()][:3] == [
             ("1.1", CellState.QUEUED),

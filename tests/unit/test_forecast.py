@@ -4,17 +4,18 @@ read from a real SQLite queue (queue/forecast_reads.py) with an injected clock."
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import event
 
 from sweepq.queue.forecast import MIN_SPAN_S, UNSETTLED, AttemptSeen, CellSeen, Point, Settled, forecast, span
-from sweepq.queue.forecast_reads import _settled
+from sweepq.queue.forecast_reads import _FRESH_CELLS, _rows, _settled
 from sweepq.queue.reads import stall_floor
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import CellState
 from sweepq.queue.store import Store
-from unit.support import T0, WORKER, FakeClock
+from unit.support import T0, WORKER, FakeClock, Launch, sweep_from
 
 NOW = T0 + timedelta(hours=1)
 
@@ -266,3 +267,59 @@ def test_settled_cells_summed_by_the_database_give_the_same_forecast(store: Stor
         assert fc == forecast(cells, workers, store.clock(), late_s=stall_floor())
         assert fc.complete and fc.startup_seconds is not None and fc.steps_per_second("1.3") is not None
     assert fc.steps_per_second("1.1") != fc.steps_per_second("2.1")  # different rates, group by group
+
+
+THREE_GROUPS = """\
+name: three
+train: trainers:train
+metric: {name: val_acc, goal: max}
+retries: {lost: 2, oom: 1, nan: 1, error: 0, data_error: 0, timeout: 1, backoff_seconds: 30, backoff_max_seconds: 100}
+groups:
+  - name: a
+    grid: {lr: [1, 2, 3, 4, 5, 6]}
+  - name: b
+    grid: {lr: [1, 2, 3, 4, 5]}
+  - name: c
+    grid: {lr: [1, 2, 3, 4]}
+"""
+
+
+def test_fresh_cells_read_in_bulk_give_the_same_forecast_as_cells_read_one_by_one(
+    launch: Launch, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The queued cells never tried come as bare tuples (forecast_reads._FRESH_CELLS); every other cell
+    one by one. Against every cell read one by one, the forecast is the same to the last bit."""
+    store = launch(tmp_path / "root", sweep_from(THREE_GROUPS, tmp_path))
+    run_attempt(store, clock, "1.1", startup=7.3, steps=100, spp=0.37, reason="completed")
+    run_attempt(store, clock, "1.2", startup=4.1, steps=40, spp=0.41, reason="preempted")  # interrupted
+    run_attempt(store, clock, "2.1", startup=3.1, steps=100, spp=1.13, reason="completed")
+    run_attempt(store, clock, "2.2", startup=2.9, steps=30, spp=1.21, reason="oom")  # queued, backing off
+    run_attempt(store, clock, "2.3", startup=6.2, steps=20, spp=1.17, reason="error")  # failed...
+    store.retry(["2.3"])  # ...and queued again: a past, no back-off
+    assert store.claim("1.5", WORKER) is not None  # an attempt and no checkpoint, failed, queued again
+    store.attempt_started("1.5", 1, start_step=0)
+    clock.advance(12.5)
+    store.finish("1.5", 1, Outcome(reason="error", end_step=8, wall_seconds=12.5))
+    store.retry(["1.5"])
+    run_attempt(store, clock, "3.1", startup=5.5, steps=60, spp=0.52)  # running
+    run_attempt(store, clock, "3.2", startup=4.4, steps=100, spp=0.55, reason="completed")
+    store.cancel(["1.6"])
+    states = {c.id: c.state for c in store.cells()}
+    assert [states[c] for c in ("1.2", "2.2", "2.3", "3.1", "1.6")] == [
+        CellState.INTERRUPTED,
+        CellState.QUEUED,
+        CellState.QUEUED,
+        CellState.RUNNING,
+        CellState.CANCELLED,
+    ]
+    assert store.cell("2.2").retry_after is not None
+    with store._read() as s:
+        fresh = {row[0] for row in _rows(s.connection(), _FRESH_CELLS)}
+    assert fresh == {"1.3", "1.4", "2.4", "2.5", "3.3", "3.4"}
+    cells = store.forecast_cells()
+    for workers in (1, 2, 5):
+        fc = store.forecast(workers)
+        assert fc == forecast(cells, workers, store.clock(), late_s=stall_floor())
+        assert fc.complete and fc.ends_at is not None
+    assert len({fc.steps_per_second(c) for c in ("1.1", "2.1", "3.2")}) == 3  # each group at its own rate
+    assert fc.cell_seconds_left("2.4") != fc.cell_seconds_left("1.3")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,31 @@ def test_two_launches_plan_inside_the_write(tmp_path: Path, clock: FakeClock) ->
     assert [c.id for c in second.cells()] == ["1.1", "1.2", "2.1"]
     first.close()
     second.close()
+
+
+def test_the_file_last_reconciled_is_neither_expanded_nor_compared_again(tmp_path: Path, clock: FakeClock) -> None:
+    """A relaunch of 100,000 cells: the digest of the last applied file stands for its plan."""
+    store = Store.open(tmp_path / "root", create=True, clock=clock)
+
+    def apply(text: str, folder: Path = tmp_path) -> tuple[Sweep, reconcile.ReconcilePlan]:
+        sweep = sweep_from(text, folder)
+        planner = partial(reconcile.plan, sweep, accept_changed=False)
+        return sweep, store.apply_reconcile(sweep.settings, str(sweep.path), planner, reconcile.plan_digest(sweep))
+
+    _, plan = apply(BASE)
+    assert [c.id for c in plan.new] == ["1.1", "1.2", "2.1"] and not plan.same_file
+    again, plan = apply(BASE)
+    assert plan.same_file and not again.expanded  # nothing compared, nothing expanded
+    planner = partial(reconcile.plan, again, accept_changed=False)
+    assert store.read_reconcile(planner, reconcile.plan_digest(again)).same_file and not again.expanded
+    grown = BASE + "  - name: c\n    grid: {width: [64]}\n"
+    _, plan = apply(grown)
+    assert [c.id for c in plan.new] == ["3.1"]
+    _, plan = apply(BASE)  # back to the first file: compared again, against what the grown one left
+    assert (plan.same_file, plan.new, plan.removed) == (False, [], ["3.1"])
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    _, plan = apply(BASE, elsewhere)  # the same text elsewhere resolves root:, data: and program: elsewhere
+    assert not plan.same_file and plan.unchanged == 3
+    assert [c.id for c in store.cells(include_removed=False)] == ["1.1", "1.2", "2.1"]
+    store.close()

@@ -1,0 +1,45 @@
+"""Which sweep root a command means: --root (a folder or a sweep file), the SPEC, or the current folder.
+
+Its own module so that read commands find their root without importing `launch` and what it brings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweepq.errors import UsageError
+from sweepq.layout import default_root_beside
+from sweepq.queue.database import Database
+from sweepq.spec.sweep import Sweep, load_sweep
+
+
+def default_root(sweep: Sweep) -> Path:
+    """`root:` from the file, else runs/<name> beside the file."""
+    return sweep.root or default_root_beside(Path(sweep.settings.spec_dir), sweep.settings.name)
+
+
+def resolve_root(spec: str | None, root: str | None) -> Path:
+    """The sweep root from --root (a folder, or a sweep file), the SPEC, or the current folder."""
+    if root:
+        p = Path(root)
+        if p.is_file() and p.suffix in (".yaml", ".yml"):
+            return _resolved(default_root(load_sweep(p)))
+        return _resolved(p)
+    if spec:
+        if Path(spec).is_dir():  # `sweepq status runs/x`: a root where a sweep file may stand
+            return _resolved(Path(spec))
+        return _resolved(default_root(load_sweep(spec)))
+    cwd = Path.cwd()
+    if Database.for_root(cwd).exists():
+        return cwd
+    raise UsageError(
+        "no sweep root given and the current folder is not one: pass the sweep file, "
+        "--root DIR, or run the command inside a sweep root"
+    )
+
+
+def _resolved(root: Path) -> Path:
+    try:
+        return root.resolve()
+    except (RuntimeError, OSError) as e:  # a loop of symbolic links (RuntimeError before Python 3.13)
+        raise UsageError(f"the sweep root {root} cannot be used: {e}") from None
