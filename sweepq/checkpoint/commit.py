@@ -17,16 +17,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from sweepq.checkpoint import serialize
+from sweepq.checkpoint import readio, serialize
 from sweepq.checkpoint.crashpoints import crash_point
 from sweepq.checkpoint.deletion import wait_deleted
 from sweepq.checkpoint.image import Files
+from sweepq.checkpoint.lanes import at_once
 from sweepq.checkpoint.manifest import FORMAT, STATE, TENSORS, CheckpointCorrupt, OtherKind, tensor_files
+from sweepq.checkpoint.sharing import Sharing, background
 from sweepq.checkpoint.storage import CheckpointStorage
 
 # -- writing ------------------------------------------------------------------------
@@ -60,17 +63,15 @@ def write_checkpoint(
     """
     staged = storage.stage(step)
     crash_point("before_write")
-    files: dict[str, dict[str, Any]] = {}
     parts = image.parts(tensors) if image is not None else None
     if parts is None:
         parts = {TENSORS: list(serialize.safetensors_parts(tensors))}
-    for name, (sha, size) in staged.write(parts).items():
-        files[name] = {"sha256": sha, "size": size}
-    crash_point("after_tensors")
+    # state.json goes with the tensor files: its write and fsync end while theirs run, not after them.
     state_bytes = json.dumps(skeleton, separators=(",", ":"), allow_nan=True).encode()
-    for name, (sha, size) in staged.write({STATE: [memoryview(state_bytes)]}).items():
-        files[name] = {"sha256": sha, "size": size}
+    written = staged.write({**parts, STATE: [memoryview(state_bytes)]})
+    crash_point("after_tensors")
     crash_point("after_state")
+    files = {name: {"sha256": sha, "size": size} for name, (sha, size) in written.items()}
     created = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     manifest = {"format": FORMAT, "step": step, "created_at": created, "files": files, **meta}
     manifest_bytes = (json.dumps(manifest, indent=1, sort_keys=True, allow_nan=True) + "\n").encode()
@@ -110,8 +111,10 @@ class Loaded:
 def load(storage: CheckpointStorage, step: int) -> Loaded:
     """Verify and load one checkpoint; raises CheckpointCorrupt (or CheckpointTooNew).
 
-    Each tensor file is read into one buffer while it is hashed (chunk by
-    chunk, on the other core); the tensors are views into those buffers.
+    The files are read at once, each into one buffer of fresh page-aligned
+    memory (direct I/O) while it is hashed chunk by chunk on a core of its own;
+    the tensors are views into those buffers, made only once every byte of
+    every file matched the manifest.
     """
     m, msha = storage.read_manifest(step)
     where = storage.location(step)
@@ -122,8 +125,10 @@ def load(storage: CheckpointStorage, step: int) -> Loaded:
         raise CheckpointCorrupt(where, "manifest lists no complete set of tensor files")
     if STATE not in m["files"]:
         raise CheckpointCorrupt(where, f"manifest lists no {STATE}")
-    state_bytes = storage.read(step, STATE, m["files"][STATE])
-    raws = [storage.read_into(step, name, m["files"][name], _alloc_bytes) for name in names]
+    files = m["files"]
+    reads: list[Callable[[], Any]] = [partial(storage.read, step, STATE, files[STATE])]
+    reads += [partial(storage.read_into, step, name, files[name], readio.fresh) for name in names]
+    state_bytes, *raws = at_once(reads)
     try:
         tensors: dict[str, torch.Tensor] = {}
         for raw in raws:
@@ -142,11 +147,6 @@ def load(storage: CheckpointStorage, step: int) -> Loaded:
     except Exception as e:  # a verified file that still does not parse: written by a bug
         raise CheckpointCorrupt(where, f"verified but unreadable ({e.__class__.__name__}: {e})") from e
     return Loaded(int(m["step"]), where, m, msha, plain, rng)
-
-
-def _alloc_bytes(size: int) -> Any:
-    """An uninitialised uint8 buffer (numpy view of a torch tensor: no zero-fill)."""
-    return torch.empty(size, dtype=torch.uint8).numpy()
 
 
 def load_newest(
@@ -242,10 +242,15 @@ class _Thread:
 
 
 class AsyncWriter:
-    """One background write at a time; errors surface at the next submit or flush."""
+    """One background write at a time; errors surface at the next submit or flush.
+
+    A write hashes on the cores torch's threads leave free while the loop
+    trains beside it, and on every core once somebody waits for it (sharing.py).
+    """
 
     def __init__(self) -> None:
         self._thread = _Thread("sweepq-checkpoint")
+        self._share = Sharing(busy=0)
 
     @property
     def last_seconds(self) -> float:
@@ -253,7 +258,13 @@ class AsyncWriter:
 
     def submit(self, job: Callable[[], None]) -> None:
         self.flush()
-        self._thread.submit(job)
+        share = self._share = Sharing(busy=torch.get_num_threads())
+
+        def shared() -> None:
+            with background(share):
+                job()
+
+        self._thread.submit(shared)
 
     @property
     def busy(self) -> bool:
@@ -261,6 +272,8 @@ class AsyncWriter:
 
     def flush(self) -> None:
         """Wait for the write in flight, and for the retention deletes it started."""
+        if self._thread.busy:
+            self._share.hurry()
         self._thread.wait()
         wait_deleted()
         if self._thread.error is not None:

@@ -19,39 +19,82 @@ import errno
 import fcntl
 import hashlib
 import os
+import threading
+from concurrent.futures import Future
+from contextlib import nullcontext
 from pathlib import Path
 
-from sweepq.checkpoint import crashpoints
+from sweepq.checkpoint import crashpoints, sharing
 from sweepq.checkpoint.lanes import SMALL, hasher, writer
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux (and a few others); elsewhere every write is buffered
 DIRECT_MIN = 1 << 20  # below this, direct I/O saves less than its extra system calls cost
 ALIGN = 4096  # a page, and a multiple of every block size direct I/O asks for in practice
-# Written in chunks so that a chunk's hash (on a lane) overlaps the next chunk's write.
-CHUNK = 8 << 20
+# Written in chunks (a multiple of ALIGN), the mid-file crash point between two. Large: each
+# direct write keeps the device busy until it ends, and between two the writing thread must get
+# a core back from the hashing ones (8 MB chunks wrote two 80 MB shards about 10 % slower here).
+CHUNK = 32 << 20
 
 
 def write_files(folder: Path, files: dict[str, list[memoryview]]) -> dict[str, tuple[str, int]]:
     """Write several new files and fsync each; name -> (sha256, size).
 
-    Each file's sha256 runs on its own hashing thread from the first byte
+    Each large file's sha256 runs on a hashing thread from the first byte
     (hashlib, write and fsync all release the GIL): one core hashes slower than
     a disk written with direct I/O, so the shards of a large state are hashed
-    at once. The parts must not change until this returns (the caller owns them).
+    at once, on as many cores as the write may take (sharing.py). The parts
+    must not change until this returns (the caller owns them).
     """
-    futs = {
-        name: hasher(i).submit(_digest, parts) if sum(map(len, parts)) >= SMALL else None
-        for i, (name, parts) in enumerate(files.items())
-    }
+    share = sharing.current()
+    width = share.width() if share is not None else sharing.cores()
+    hashes = {name: _Hash(parts) for name, parts in files.items() if sum(map(len, parts)) >= SMALL}
+    for i, h in enumerate(hashes.values()):
+        hasher(i % width).submit(h.run)  # several on one lane run one after another
+
+    def spread() -> None:  # every hash not started yet on a lane of its own
+        for i, h in enumerate(hashes.values()):
+            hasher(i).submit(h.run)
+
     try:
-        sizes = write_all(folder, files)
+        with share.on_hurry(spread) if share is not None else nullcontext():
+            sizes = write_all(folder, files)
+            for h in hashes.values():
+                h.done.exception()
     finally:
-        for fut in futs.values():
-            if fut is not None:
-                fut.exception()  # on errors too: the hashes read the caller's buffers until they end
+        for h in hashes.values():
+            if not h.cancel():  # on errors: a hash not started never starts (the caller's buffers are its again)
+                h.done.exception()  # one that started ends first
     return {
-        name: ((fut.result() if fut is not None else _digest(files[name])), sizes[name]) for name, fut in futs.items()
+        name: (hashes[name].done.result() if name in hashes else _digest(files[name]), sizes[name]) for name in files
     }
+
+
+class _Hash:
+    """One file's sha256, computed by whichever lane starts it first (it may be offered to several)."""
+
+    def __init__(self, parts: list[memoryview]) -> None:
+        self.parts: list[memoryview] | None = parts
+        self.done: Future[str] = Future()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        with self._lock:
+            parts, self.parts = self.parts, None
+        if parts is None:
+            return  # taken by another lane, or cancelled
+        self.done.set_running_or_notify_cancel()
+        try:
+            self.done.set_result(_digest(parts))
+        except BaseException as e:
+            self.done.set_exception(e)
+
+    def cancel(self) -> bool:
+        """True if it had not started (and now never will)."""
+        with self._lock:
+            if self.parts is None:
+                return False
+            self.parts = None
+        return self.done.cancel()
 
 
 def write_all(folder: Path, files: dict[str, list[memoryview]]) -> dict[str, int]:
@@ -60,10 +103,12 @@ def write_all(folder: Path, files: dict[str, list[memoryview]]) -> dict[str, int
     A direct write is synchronous: with one thread the disk idles from each
     completion until the thread is scheduled again and asks for more, which
     takes longer when the hashing threads occupy every core (10-15 % of the
-    write's time on 160 MB here). Two writes in flight keep it busy.
+    write's time on 160 MB here). Two writes in flight keep it busy. The small
+    files are written meanwhile on the calling thread, so that their fsyncs
+    (a journal commit each) do not follow the large files' ones.
     """
     large = [name for name, parts in files.items() if sum(map(len, parts)) >= DIRECT_MIN]
-    if len(large) < 2:
+    if not large or len(files) < 2:
         return {name: write_plain(folder / name, parts) for name, parts in files.items()}
     futs = {name: writer(i).submit(write_plain, folder / name, files[name]) for i, name in enumerate(large)}
     try:
@@ -89,14 +134,25 @@ def write_plain(path: Path, parts: list[memoryview], direct: bool = True) -> int
 
 
 def _open(path: Path, direct: bool) -> tuple[int, bool]:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    if direct and O_DIRECT:
-        try:
-            return os.open(path, flags | O_DIRECT, 0o644), True
-        except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise
-    return os.open(path, flags, 0o644), False
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    return fd, direct and set_direct(fd)
+
+
+def set_direct(fd: int) -> bool:
+    """Turn O_DIRECT on for an open file; False where its filesystem refuses it (ramfs, some FUSE mounts).
+
+    Set after the open, not passed to it: an open that creates the file and
+    then refuses O_DIRECT leaves the file behind.
+    """
+    if not O_DIRECT:
+        return False
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | O_DIRECT)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+        return False
+    return True
 
 
 class _Out:

@@ -1,8 +1,8 @@
-"""The process's helper threads for checkpoint files: one per file hashed or written at once.
+"""The process's helper threads for checkpoint files: one per file hashed, written or read at once.
 
 hashlib, read, write and fsync all release the GIL, so a file's sha256 runs on
 a lane while the calling thread reads or writes the next chunk, and several
-large files are written at once, one lane each (diskio.py).
+large files are written (diskio.py) or read (readio.py) at once, one lane each.
 """
 
 from __future__ import annotations
@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from sweepq.checkpoint.sharing import cores
 
 SMALL = 1 << 20  # below this many bytes a round trip to a lane costs more than hashing them in place
+_T = TypeVar("_T")
 
 
 class Lane:
@@ -49,12 +53,13 @@ class Lane:
 
 _lanes: tuple[int, dict[tuple[str, int], Lane]] | None = None
 _lane_lock = threading.Lock()
+_borrowed: dict[str, set[int]] = {}  # kind -> indexes lent out by `borrowed` (guarded by _lane_lock)
 
 
 def _after_fork_in_child() -> None:
     # The parent's threads do not exist in the child, and its lock may be held by one of them.
-    global _lanes, _lane_lock
-    _lanes, _lane_lock = None, threading.Lock()
+    global _lanes, _lane_lock, _borrowed
+    _lanes, _lane_lock, _borrowed = None, threading.Lock(), {}
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -82,3 +87,54 @@ def hasher(index: int = 0) -> Lane:
 def writer(index: int = 0) -> Lane:
     """A thread that writes one file (diskio writes several files at once)."""
     return lane("write", index)
+
+
+def reader(index: int = 0) -> Lane:
+    """A thread that reads one file (readio reads several files at once)."""
+    return lane("read", index)
+
+
+@contextmanager
+def borrowed(kind: str) -> Iterator[Lane]:
+    """A lane of `kind` that no other borrower holds meanwhile (the lowest free index).
+
+    For work whose callers do not know how many run at once: each file read at
+    once gets a hashing thread of its own, and its chunks stay in order.
+    """
+    with _lane_lock:
+        taken = _borrowed.setdefault(kind, set())
+        index = next(i for i in range(len(taken) + 1) if i not in taken)
+        taken.add(index)
+    try:
+        yield lane(kind, index)
+    finally:
+        with _lane_lock:
+            _borrowed.get(kind, set()).discard(index)
+
+
+def at_once(calls: Sequence[Callable[[], _T]], width: int = 8) -> list[_T]:
+    """Run `calls` concurrently, at most `width` (and the usable cores) at a time; their results in order.
+
+    Call i runs on reader lane i % width, 0 meaning this thread. Every call ends
+    before this returns or raises (they may fill the caller's buffers), and the
+    first error in the calls' order is the one raised.
+    """
+    width = max(1, min(width, len(calls), cores()))
+    groups = [list(range(g, len(calls), width)) for g in range(width)]
+    outcomes: list[Any] = [None] * len(calls)
+
+    def run(group: list[int]) -> None:
+        for i in group:
+            try:
+                outcomes[i] = (True, calls[i]())
+            except BaseException as e:  # kept, raised below in the calls' order
+                outcomes[i] = (False, e)
+
+    futs = [reader(g).submit(run, group) for g, group in enumerate(groups) if g]
+    run(groups[0] if groups else [])
+    for fut in futs:
+        fut.result()
+    for ok, value in outcomes:
+        if not ok:
+            raise value
+    return [value for _, value in outcomes]

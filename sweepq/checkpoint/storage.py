@@ -25,25 +25,21 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
-from io import FileIO
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from sweepq import layout
 from sweepq.atomic import fsync_dir
-from sweepq.checkpoint import manifest
+from sweepq.checkpoint import manifest, readio
 from sweepq.checkpoint.crashpoints import count_commit, crash_point
 from sweepq.checkpoint.deletion import delete_later
 from sweepq.checkpoint.diskio import write_files
-from sweepq.checkpoint.lanes import SMALL, hasher
+from sweepq.checkpoint.lanes import at_once
 from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
 from sweepq.layout import MANIFEST_NAME, CellPaths
 
-# Read in chunks while the sha256 runs on a lane; the last chunk's hash is not
-# overlapped with a read, so the chunk is kept short.
-READ_CHUNK = 2 << 20
 _B = TypeVar("_B")
 
 
@@ -110,10 +106,12 @@ def for_cell(cell: CellPaths) -> CheckpointStorage:
 
 
 def verify(storage: CheckpointStorage, step: int) -> dict[str, Any]:
-    """Check every file of a step against its manifest (sizes and sha256); return the manifest."""
+    """Check every file of a step against its manifest (sizes and sha256), the files at once; return the manifest.
+
+    The first damaged file in the manifest's order is the one named.
+    """
     m, _ = storage.read_manifest(step)
-    for name, entry in m["files"].items():
-        storage.check(step, name, entry)
+    at_once([partial(storage.check, step, name, entry) for name, entry in m["files"].items()])
     return m
 
 
@@ -170,51 +168,21 @@ class LocalFolder:
         return data
 
     def read_into(self, step: int, name: str, entry: dict[str, Any], alloc: Callable[[int], _B]) -> _B:
-        """Each chunk is hashed on a lane while the next is read; the size is checked before anything is allocated."""
-        where = self.location(step)
-        size = int(entry["size"])
-        with _opened(where, name, size) as f:
-            out = alloc(size)
-            view = memoryview(out).cast("B")  # type: ignore[arg-type]
-            h, pool = hashlib.sha256(), hasher()
-            pipelined = size >= SMALL
-            got = 0
-            while got < size:
-                n = f.readinto(view[got : got + READ_CHUNK])
-                if not n:
-                    raise CheckpointCorrupt(where, f"{name} ended after {got} bytes, manifest says {size}")
-                if pipelined:
-                    pool.submit(h.update, view[got : got + n])
-                else:
-                    h.update(view[got : got + n])
-                got += n
-            digest = pool.submit(h.hexdigest).result() if pipelined else h.hexdigest()
+        """Read with direct I/O where `alloc` gives page-aligned memory, each chunk hashed on a lane while the next
+        is read (readio.py); the size is checked before anything is allocated."""
+        where, size = self.location(step), int(entry["size"])
+        _check_size(where, name, size)
+        out = alloc(size)
+        with _reading(where, name, size):
+            digest = readio.read_into(where / name, size, memoryview(out).cast("B"))  # type: ignore[arg-type]
         _check_digest(where, name, digest, entry)
         return out
 
     def check(self, step: int, name: str, entry: dict[str, Any]) -> None:
         """Two chunk buffers, one hashed on a lane while the other is read: a file of any size in little memory."""
-        where = self.location(step)
-        size = int(entry["size"])
-        with _opened(where, name, size) as f:
-            h, pool = hashlib.sha256(), hasher()
-            bufs = [memoryview(bytearray(min(READ_CHUNK, size))) for _ in range(2 if size >= SMALL else 1)]
-            pending: list[Future[Any] | None] = [None] * len(bufs)
-            got = i = 0
-            while got < size:
-                k = i % len(bufs)
-                if pending[k] is not None:
-                    pending[k].result()  # type: ignore[union-attr]
-                n = f.readinto(bufs[k])
-                if not n:
-                    raise CheckpointCorrupt(where, f"{name} ended after {got} bytes, manifest says {size}")
-                if len(bufs) > 1:
-                    pending[k] = pool.submit(h.update, bufs[k][:n])
-                else:
-                    h.update(bufs[k][:n])
-                got += n
-                i += 1
-            digest = pool.submit(h.hexdigest).result() if len(bufs) > 1 else h.hexdigest()
+        where, size = self.location(step), int(entry["size"])
+        with _reading(where, name, size):
+            digest = readio.digest(where / name, size)
         _check_digest(where, name, digest, entry)
 
     def stage(self, step: int) -> _LocalStaged:
@@ -248,18 +216,22 @@ class LocalFolder:
         return removed
 
 
-@contextmanager
-def _opened(where: Path, name: str, size: int) -> Iterator[FileIO]:
-    """A step's file, opened unbuffered once its size is the manifest's.
+def _check_size(where: Path, name: str, size: int) -> None:
+    with _reading(where, name, size):
+        actual = os.stat(where / name).st_size
+        if actual != size:
+            raise readio.WrongSize(actual)
 
-    An OSError, whether opening it or while the caller reads it, is corruption.
-    """
+
+@contextmanager
+def _reading(where: Path, name: str, size: int) -> Iterator[None]:
+    """A step's file being read: an OSError or a size other than the manifest's is corruption."""
     try:
-        with open(where / name, "rb", buffering=0) as f:
-            actual = os.fstat(f.fileno()).st_size
-            if actual != size:
-                raise CheckpointCorrupt(where, f"{name} has {actual} bytes, manifest says {size}")
-            yield f
+        yield
+    except readio.WrongSize as e:
+        if e.short:
+            raise CheckpointCorrupt(where, f"{name} ended after {e.actual} bytes, manifest says {size}") from None
+        raise CheckpointCorrupt(where, f"{name} has {e.actual} bytes, manifest says {size}") from None
     except OSError as e:
         raise CheckpointCorrupt(where, f"{name} unreadable ({e})") from e
 
