@@ -76,11 +76,12 @@ def status(
     SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
     A sweep of more than 50 cells shows the cells that need attention (running, interrupted, failed,
     waiting to retry: the first 20 not running) and its 5 best done cells; --all shows every row.
-    Columns that do not fit the terminal are left out (a footnote names them); --json has everything.
+    Columns that do not fit the terminal are left out (a footnote names them); --json has everything:
+    a list with an object per cell, indented in a terminal, else one cell a line (for jq, a file).
     """
     with reading(spec, root) as store:
         if as_json:
-            json_stream.write_list(status_json(store), sys.stdout)
+            json_stream.write_texts(status_json(store), sys.stdout, lines=not sys.stdout.isatty())
             return
 
         def table() -> RenderableType:
@@ -149,22 +150,19 @@ def attention(store: Store, listing: Listing = LISTING) -> tuple[list[CellRecord
     return [*running, *troubled, *best], why
 
 
-def status_json(store: Store) -> Iterator[dict[str, Any]]:
-    """Every cell's `status --json` object, in cell order, read as plain rows and made one at a time."""
+def status_json(store: Store) -> Iterator[str]:
+    """Every cell's `status --json` object as JSON text (one line), in cell order, made one at a time
+    from the listing's plain rows (times and JSON columns already spelt as JSON)."""
     from sweepq.queue import liveness
-    from sweepq.queue.rows import cell_json
+    from sweepq.queue.rows import cell_line
 
-    fc, stalls, usages = store.forecast(status_workers(store)[0]), store.stalls(), store.usages()
+    fc, stalls, usages = store.forecast(status_workers(store)[0]), store.stalls(), store.usage_texts()
     owners = liveness.for_root(store.root)
-    for r in store.cell_rows():
-        yield cell_json(r) | {
-            "cfg": {} if r.cfg is None else r.cfg,
-            "alive": owners.owner_alive(r.id) if r.state == _RUNNING else None,
-            "eta_seconds": fc.cell_seconds_left(r.id),
-            "rate_steps_per_second": fc.steps_per_second(r.id),
-            "no_progress_seconds": stalls.get(r.id),
-            "usage": usages.get(r.id),
-        }
+    for r in store.cell_listing():
+        cell = r.id
+        alive = owners.owner_alive(cell) if r.state == _RUNNING else None
+        more = (alive, fc.cell_seconds_left(cell), fc.steps_per_second(cell), stalls.get(cell))
+        yield cell_line(r, more, usages.get(cell))
 
 
 def status_workers(store: Store) -> tuple[int, bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import fields
@@ -9,7 +10,7 @@ from enum import Enum
 from typing import Any, TypeVar, get_origin, get_type_hints
 
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
-from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord, iso
+from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.queue.states import CellState
 
 _R = TypeVar("_R", CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
@@ -74,30 +75,46 @@ def _record(cls: type[_R], row: Any, renamed: Mapping[str, str]) -> _R:
 _DONE = str(CellState.DONE)
 
 
-def cell_json(r: Any) -> dict[str, Any]:
-    """A cells-table row's JSON, exactly as `cell_record(r).to_json()` gives it, without the record:
-    `status --json` lists every cell of sweeps of any size."""
+_ENCODE = json.JSONEncoder(default=str, allow_nan=False).encode
+_STRING = json.encoder.encode_basestring_ascii  # json.dumps's spelling of a str (ensure_ascii)
+
+
+def _j(v: Any) -> str:
+    """A scalar as `json.dumps(v, allow_nan=False)` spells it (a dict of 23 keys costs the encoder more)."""
+    t = type(v)
+    if t is str:
+        return _STRING(v)
+    if v is None:
+        return "null"
+    if t is bool:
+        return "true" if v else "false"
+    if t is int:
+        return int.__repr__(v)
+    if t is float and math.isfinite(v):
+        return float.__repr__(v)
+    return _ENCODE(v)  # anything else (a non-finite float: the same error), as the encoder does it
+
+
+def cell_line(r: Any, more: tuple[Any, ...], usage: str | None) -> str:
+    """A `status_reads.cell_listing` row's `status --json` object as JSON text: the cell's
+    `CellRecord.to_json()`, its cfg, then `more` (what `status` adds: alive, eta_seconds,
+    rate_steps_per_second, no_progress_seconds) and `usage` (JSON text), byte for byte as `json.dumps`
+    writes them, the JSON texts put in as read (no parse)."""
     step, total = r.step, r.total_steps
     if r.state == _DONE:
         progress: float | None = 1.0
     else:
         progress = None if not total or step is None else max(0.0, min(1.0, step / total))
-    return {
-        "cell": r.id,
-        "group": r.group_name,
-        "state": str(CellState(r.state)),
-        "step": step,
-        "total_steps": total,
-        "epoch": r.epoch,
-        "total_epochs": r.total_epochs,
-        "progress": progress,
-        "attempts": r.attempts,
-        "last_reason": r.last_reason,
-        "metrics": {} if r.metrics is None else r.metrics,
-        "best": r.best,
-        "best_step": r.best_step,
-        "retry_after": iso(r.retry_after),
-        "removed": r.removed,
-        "updated_at": iso(r.updated_at),
-        "finished_at": iso(r.finished_at),
-    }
+    metrics = "{}" if r.metrics is None or r.metrics == "null" else r.metrics
+    cfg = "{}" if r.cfg is None or r.cfg == "null" else r.cfg
+    alive, eta, rate, silent = more
+    return (
+        f'{{"cell": {_j(r.id)}, "group": {_j(r.group_name)}, "state": {_j(str(CellState(r.state)))}, '
+        f'"step": {_j(step)}, "total_steps": {_j(total)}, "epoch": {_j(r.epoch)}, '
+        f'"total_epochs": {_j(r.total_epochs)}, "progress": {_j(progress)}, "attempts": {_j(r.attempts)}, '
+        f'"last_reason": {_j(r.last_reason)}, "metrics": {metrics}, "best": {_j(r.best)}, '
+        f'"best_step": {_j(r.best_step)}, "retry_after": {_j(r.retry_after)}, "removed": {_j(r.removed)}, '
+        f'"updated_at": {_j(r.updated_at)}, "finished_at": {_j(r.finished_at)}, "cfg": {cfg}, '
+        f'"alive": {_j(alive)}, "eta_seconds": {_j(eta)}, "rate_steps_per_second": {_j(rate)}, '
+        f'"no_progress_seconds": {_j(silent)}, "usage": {usage or "null"}}}'
+    )

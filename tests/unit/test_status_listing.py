@@ -135,13 +135,30 @@ def old_status_json(store: Store) -> str:
 
 
 def test_the_streamed_json_is_byte_for_byte_the_old_one(big: Store, tmp_path: Path) -> None:
-    out = tmp_path / "status.json"
-    with out.open("w") as file:
-        json_stream.write_list(status_json(big), file)
-    new, old = out.read_text(), old_status_json(big)
-    assert new == old
-    listed = json.loads(new)
-    assert len(listed) == 300 and listed[0]["metrics"]["loss"] == 0.99 and listed[0]["cfg"]["opt"]["none"] == {}
+    # A time stored on a whole second (isoformat leaves the microseconds out) and cfgs and metrics
+    # written by another program (a NaN token: spelt again, or refused as before).
+    with big.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE cells SET updated_at = '2026-01-02 03:04:05.000000' WHERE id = '1.2'")
+        conn.exec_driver_sql("""UPDATE cells SET metrics = '{"score":\n  0.5, "n": "NaN é"}' WHERE id = '1.3'""")
+        conn.exec_driver_sql("""UPDATE cells SET cfg = '{"a":\n  [1,2]}' WHERE id = '1.5'""")
+        conn.exec_driver_sql("UPDATE cells SET metrics = 'null', cfg = 'null' WHERE id = '1.4'")
+    indented, lines = tmp_path / "indented.json", tmp_path / "lines.json"
+    with indented.open("w") as file:
+        json_stream.write_texts(status_json(big), file, lines=False)
+    with lines.open("w") as file:
+        json_stream.write_texts(status_json(big), file, lines=True)
+    old = old_status_json(big)
+    assert indented.read_text() == old  # in a terminal: as print_json writes the whole list
+    rows = json.loads(old)
+    one_a_line = "[\n" + ",\n".join(json.dumps(r, default=str, allow_nan=False) for r in rows) + "\n]\n"
+    assert lines.read_text() == one_a_line
+    assert len(rows) == 300 and rows[0]["metrics"]["loss"] == 0.99 and rows[0]["cfg"]["opt"]["none"] == {}
+    assert rows[1]["updated_at"] == "2026-01-02T03:04:05Z" and rows[2]["metrics"] == {"score": 0.5, "n": "NaN é"}
+    assert (rows[3]["metrics"], rows[3]["cfg"], rows[4]["cfg"]) == ({}, {}, {"a": [1, 2]})
+    with big.engine.begin() as conn:
+        conn.exec_driver_sql("""UPDATE cells SET metrics = '{"score": NaN}' WHERE id = '1.3'""")
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        list(status_json(big))
 
 
 @pytest.mark.parametrize(
