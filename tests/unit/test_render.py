@@ -608,6 +608,32 @@ def test_every_table_fits_every_width_and_no_number_is_cut() -> None:
                 assert all(w.startswith(("Llama", "Qwen")) for w in line.split() if "…" in w), (width, line)
 
 
+def test_a_long_table_is_written_line_by_line_as_rich_lays_it_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweepq.cli import fit
+
+    best = [
+        {"rank": i, "cell": c.id, "state": str(c.state), "best": c.best, "step": 10, "checkpoint": None}
+        | {"cfg": c.cfg}
+        for i, c in enumerate(FINETUNE)
+    ]
+    wide = [replace(c, group_name="漢字é" * (i % 3)) for i, c in enumerate(FINETUNE)]  # cells two columns wide
+
+    def tables(width: int) -> list[str]:
+        return [
+            render.to_text(render.status_table(wide, ACC, notes=FINETUNE_NOTES, now=T0, etas={"1.2": 99.0}), width),
+            render.to_text(render.status_table(STORY, VAL_ACC, dead={"2.4"}, etas={"2.3": 4000.0}), width),
+            render.to_text(render.best_table(best, ACC), width),
+            render.to_text(render.report_table(report.by_reason(SWEEP_ATTEMPTS)), width),
+        ]
+
+    for width in (40, 80, 120, 200):
+        laid_out = tables(width)
+        monkeypatch.setattr(fit, "LINES_FROM", 1)
+        assert tables(width) == laid_out
+        monkeypatch.setattr(fit, "LINES_FROM", 10**9)
+    assert any("漢字é" in t for t in laid_out) and any("hidden: " in t for t in tables(40))
+
+
 def test_cfg_keys_flattened_named_and_shortened() -> None:
     from sweepq.cli import params
 
