@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, RenderResult
-from rich.segment import Segment
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.segment import Segment, Segments
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -138,8 +138,14 @@ class FittedTable:
     lines_from: int | None = None  # default: LINES_FROM
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for part in self.parts(console, options.max_width, rows_at_once=None):
+            yield from part if isinstance(part, list) else [part]
+
+    def parts(self, console: Console, width: int, rows_at_once: int | None) -> Iterator[RenderableType | list[Segment]]:
+        """What the table renders, in order: the table (a long one: its lines, `rows_at_once` rows a
+        part, as segments), then the prose moved under it and the footnote."""
         shown = [c for c in self.columns if c.rank < self.kept or c.present()]
-        choice = choose(shown, options.max_width, self.kept)
+        choice = choose(shown, width, self.kept)
         picked = [(shown[i], short) for i, short in choice.kept]
         rows = len(shown[0].values) if shown else 0
         if (
@@ -147,7 +153,9 @@ class FittedTable:
             and self.title is None
             and all(col.prose != "wrap" for col, _ in picked)
         ):
-            yield from _lines(console, picked, rows)
+            step = rows_at_once or rows
+            for start in range(0, rows, step):
+                yield list(_lines(console, picked, range(start, min(rows, start + step)), header=start == 0))
         else:
             yield self.table(shown, choice)
         labels = self.labels or [_plain(v) for v in shown[0].values]
@@ -156,7 +164,7 @@ class FittedTable:
                 if _plain(v):
                     yield Text.assemble(f"{label}: ", v)
         if choice.left_out:
-            yield footnote(choice.left_out, options.max_width)
+            yield footnote(choice.left_out, width)
 
     def table(self, shown: Sequence[Column], choice: Choice) -> Table:
         table = Table(title=self.title, title_justify="left", box=None, pad_edge=False, header_style="bold")
@@ -175,14 +183,15 @@ class FittedTable:
 _BOLD = Style(bold=True)  # the header's style (the table's header_style)
 
 
-def _lines(console: Console, picked: Sequence[tuple[Column, bool]], rows: int) -> Iterator[Segment]:
+def _lines(console: Console, picked: Sequence[tuple[Column, bool]], rows: range, header: bool) -> Iterator[Segment]:
     """The table as `table` lays it out (no box, no wrapping, each column as wide as its widest value),
     written row by row: every value padded to its column's width, GAP spaces between columns."""
     widths = [col.width(short) for col, short in picked]
     right = [col.justify == "right" for col, _ in picked]
-    headers = [col.short_name if short and col.short_name is not None else col.name for col, short in picked]
-    yield from _line(console, headers, widths, right, _BOLD)
-    for r in range(rows):
+    if header:
+        headers = [col.short_name if short and col.short_name is not None else col.name for col, short in picked]
+        yield from _line(console, headers, widths, right, _BOLD)
+    for r in rows:
         yield from _line(console, [_value(col, short, r) for col, short in picked], widths, right, None)
 
 
@@ -234,3 +243,17 @@ def short_header(name: str, values: Sequence[Cell]) -> str:
 
 def widest(values: Iterable[Cell]) -> int:
     return max((_len(v) for v in values), default=0)
+
+
+def print_streamed(console: Console, renderable: RenderableType, rows_at_once: int = 1000) -> None:
+    """`console.print(renderable)`, a long `FittedTable` in it `rows_at_once` rows a call: rich holds
+    all that one call prints until it ends (for `status --all` of 100,000 cells, as much again as
+    the table's values). A `Group` is printed part by part, as it renders."""
+    if isinstance(renderable, Group):
+        for child in renderable.renderables:
+            print_streamed(console, child, rows_at_once)
+    elif isinstance(renderable, FittedTable):
+        for piece in renderable.parts(console, console.options.max_width, rows_at_once):
+            console.print(Segments(piece) if isinstance(piece, list) else piece)
+    else:
+        console.print(renderable)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console, Group, RenderableType
 
-from sweepq.cli import failures, header, json_stream, render, render_cell
+from sweepq.cli import failures, fit, header, json_stream, render, render_cell
 from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
 from sweepq.errors import UsageError
 from sweepq.spec.sweep import select_cells
@@ -90,7 +90,7 @@ def status(
         if watch:
             _watch(store, out(), every, table)
         else:
-            out().print(table())
+            fit.print_streamed(out(), table())
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import replace
 from datetime import timedelta
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 from rich.cells import cell_len
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 
 from sweepq.cli import failures, render, render_cell, report
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
@@ -618,19 +619,29 @@ def test_a_long_table_is_written_line_by_line_as_rich_lays_it_out(monkeypatch: p
     ]
     wide = [replace(c, group_name="漢字é" * (i % 3)) for i, c in enumerate(FINETUNE)]  # cells two columns wide
 
-    def tables(width: int) -> list[str]:
-        return [
-            render.to_text(render.status_table(wide, ACC, notes=FINETUNE_NOTES, now=T0, etas={"1.2": 99.0}), width),
-            render.to_text(render.status_table(STORY, VAL_ACC, dead={"2.4"}, etas={"2.3": 4000.0}), width),
-            render.to_text(render.best_table(best, ACC), width),
-            render.to_text(render.report_table(report.by_reason(SWEEP_ATTEMPTS)), width),
+    def tables(width: int, streamed: bool = False) -> list[str]:
+        shown = [
+            render.status_table(wide, ACC, notes=FINETUNE_NOTES, now=T0, etas={"1.2": 99.0}),
+            render.status_table(STORY, VAL_ACC, dead={"2.4"}, etas={"2.3": 4000.0}),
+            render.best_table(best, ACC),
+            render.report_table(report.by_reason(SWEEP_ATTEMPTS)),
         ]
+        if not streamed:
+            return [render.to_text(t, width) for t in shown]
+        texts = []
+        for t in shown:  # as `status` prints: two rows a call
+            console = Console(width=width, color_system=None, force_terminal=False, record=True, file=io.StringIO())
+            fit.print_streamed(console, t, rows_at_once=2)
+            texts.append(console.export_text())
+        return texts
 
     for width in (40, 80, 120, 200):
         laid_out = tables(width)
         monkeypatch.setattr(fit, "LINES_FROM", 1)
         assert tables(width) == laid_out
+        assert tables(width, streamed=True) == laid_out
         monkeypatch.setattr(fit, "LINES_FROM", 10**9)
+        assert tables(width, streamed=True) == laid_out
     assert any("漢字é" in t for t in laid_out) and any("hidden: " in t for t in tables(40))
 
 
