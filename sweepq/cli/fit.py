@@ -154,8 +154,9 @@ class FittedTable:
             and all(col.prose != "wrap" for col, _ in picked)
         ):
             step = rows_at_once or rows
+            widths = [col.width(short) for col, short in picked]  # each a pass over the column: once
             for start in range(0, rows, step):
-                yield list(_lines(console, picked, range(start, min(rows, start + step)), header=start == 0))
+                yield list(_lines(console, picked, widths, range(start, min(rows, start + step)), header=start == 0))
         else:
             yield self.table(shown, choice)
         labels = self.labels or [_plain(v) for v in shown[0].values]
@@ -183,10 +184,11 @@ class FittedTable:
 _BOLD = Style(bold=True)  # the header's style (the table's header_style)
 
 
-def _lines(console: Console, picked: Sequence[tuple[Column, bool]], rows: range, header: bool) -> Iterator[Segment]:
-    """The table as `table` lays it out (no box, no wrapping, each column as wide as its widest value),
-    written row by row: every value padded to its column's width, GAP spaces between columns."""
-    widths = [col.width(short) for col, short in picked]
+def _lines(
+    console: Console, picked: Sequence[tuple[Column, bool]], widths: Sequence[int], rows: range, header: bool
+) -> Iterator[Segment]:
+    """The table as `table` lays it out (no box, no wrapping, each column as wide as its widest value:
+    `widths`), written row by row: every value padded to its column's width, GAP spaces between columns."""
     right = [col.justify == "right" for col, _ in picked]
     if header:
         headers = [col.short_name if short and col.short_name is not None else col.name for col, short in picked]
