@@ -135,7 +135,6 @@ class FittedTable:
     kept: int = 1  # the first `kept` ranks are always shown
     title: str | None = None
     labels: Sequence[str] | None = None  # what leads a row's text under the table (default: its first value)
-    lines_from: int | None = None  # default: LINES_FROM
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         for part in self.parts(console, options.max_width, rows_at_once=None):
@@ -148,11 +147,7 @@ class FittedTable:
         choice = choose(shown, width, self.kept)
         picked = [(shown[i], short) for i, short in choice.kept]
         rows = len(shown[0].values) if shown else 0
-        if (
-            rows >= (LINES_FROM if self.lines_from is None else self.lines_from)
-            and self.title is None
-            and all(col.prose != "wrap" for col, _ in picked)
-        ):
+        if rows >= LINES_FROM and self.title is None and all(col.prose != "wrap" for col, _ in picked):
             step = rows_at_once or rows
             widths = [col.width(short) for col, short in picked]  # each a pass over the column: once
             for start in range(0, rows, step):

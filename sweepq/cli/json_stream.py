@@ -1,10 +1,10 @@
 """A list written as JSON item by item: byte for byte as `app.print_json` writes it whole, or one
-item a line (each as `json.dumps` writes it without indent) for a program or a file to read.
+item a line (each item's text as `json.dumps` writes it without indent, made by the caller) for a
+program or a file to read.
 
 `json.dumps(..., indent=2)` runs the standard library's pure-Python encoder (its C encoder
 knows no indent); on `status --json` of 100,000 cells that alone took several seconds and held
-the whole list. One item a line runs the C encoder: what `status --json` writes where its
-output is not a terminal. Indented, each item is encoded by a short recursive function over the plain values
+the whole list. Indented, each item is encoded by a short recursive function over the plain values
 JSON decoding gives (str, int, float, bool, None, list, dict with str keys), with the C string
 escaper; anything else (another key type, a non-finite float, an object needing `default=str`)
 goes through `json.dumps` itself, so the output and the errors stay those of `print_json`.
@@ -20,31 +20,27 @@ from typing import IO, Any
 _escape = json.encoder.encode_basestring_ascii  # what json.dumps uses for ensure_ascii=True
 
 
-def write_list(items: Iterable[Any], out: IO[str], lines: bool = False) -> None:
-    """`print_json(list(items))`, written as the items come (a trailing newline, as click.echo adds);
-    with `lines`, the same list one item a line: `[`, each item and its comma, `]`."""
-    first, pad = True, "" if lines else "  "
-    for item in items:
-        out.write(("[\n" if first else ",\n") + pad)
-        out.write(_LINE.encode(item) if lines else encode(item, pad))
-        first = False
-    out.write("[]\n" if first else "\n]\n")
-
-
-_LINE = json.JSONEncoder(default=str, allow_nan=False)  # no indent: the C encoder
+def write_list(items: Iterable[Any], out: IO[str]) -> None:
+    """`print_json(list(items))`, written as the items come (a trailing newline, as click.echo adds)."""
+    _framed((encode(item, "  ") for item in items), out, "  ")
 
 
 def write_texts(texts: Iterable[str], out: IO[str], lines: bool) -> None:
-    """`write_list` of the items whose JSON (one line each, as `json.dumps` writes it) `texts` are."""
+    """The list of the items whose JSON `texts` are (one line each, as `json.dumps` writes it): with
+    `lines` one item a line (`[`, each item and its comma, `]`), else as `write_list` writes it."""
     if lines:
-        first = True
-        for text in texts:
-            out.write("[\n" if first else ",\n")
-            out.write(text)
-            first = False
-        out.write("[]\n" if first else "\n]\n")
+        _framed(texts, out, "")
     else:  # a terminal: few cells are read there, indented for the eye
         write_list(map(json.loads, texts), out)
+
+
+def _framed(texts: Iterable[str], out: IO[str], pad: str) -> None:
+    first = True
+    for text in texts:
+        out.write(("[\n" if first else ",\n") + pad)
+        out.write(text)
+        first = False
+    out.write("[]\n" if first else "\n]\n")
 
 
 def encode(v: Any, pad: str) -> str:
