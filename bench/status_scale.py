@@ -12,7 +12,8 @@ checkpoint row), 1% failed (an error attempt with a traceback), 0.5% interrupted
 attempt, committed checkpoints), 0.2% cancelled, 0.2% queued in a retry back-off after an
 error, 16 running (an open attempt with a latest usage sample and checkpoint rows; this
 process holds the folder lock of half of them, as their workers would, so that the other
-half have a dead owner), the rest queued.
+half have a dead owner), the rest queued. Then each ended attempt's span is kept on its row, as
+`Store.finish` keeps it when an attempt ends (`Store.keep_spans`, all at once).
 
 Each figure runs `sweepq status --root R` (with `--all`, or `--json`) as a child process,
 stdout to a file, and takes its wall time and peak RSS (`os.wait4`), best of `--rounds`.
@@ -101,6 +102,11 @@ def make_root(folder: Path, cells: int) -> Path:
             _states(db, root)
     finally:
         db.close()
+    store = Store.open(root)
+    try:
+        store.keep_spans()  # what each attempt's end (Store.finish) keeps of it, for all at once
+    finally:
+        store.close()
     return root
 
 

@@ -95,6 +95,7 @@ def apply(p: Prepared, launcher: Launcher | None = None) -> Store:
             launcher.start_workers()  # their start overlaps writing 100,000 new cells, or checking markers
         planner = partial(reconcile.plan, p.sweep, accept_changed=p.accept_changed)
         p.plan = store.apply_reconcile(p.sweep.settings, str(p.sweep.path), planner, reconcile.plan_digest(p.sweep))
+        store.keep_spans()  # those of an older root, or made stale since: `status` then reads them
     except BaseException:
         if launcher is not None:
             launcher.open_gate(go=False)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
 from sweepq.errors import IllegalTransition
@@ -24,6 +24,7 @@ from sweepq.queue.claiming import StoreClaiming
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow
 from sweepq.queue.records import Outcome
 from sweepq.queue.rows import json_safe
+from sweepq.queue.span_sql import KEEP_ALL, KEEP_CELL
 from sweepq.queue.states import CellState, CheckpointState, Reason
 from sweepq.queue.transactions import rowcount
 
@@ -157,6 +158,7 @@ class StoreClaims(StoreClaiming):
             if att is None or att.reason is not None:
                 return None
             self._fill_attempt(att, outcome, now)
+            self._keep_span(s, cell)
             row = s.get(CellRow, cell)
             assert row is not None
             if row.state != CellState.RUNNING or row.attempts != number:
@@ -208,6 +210,7 @@ class StoreClaims(StoreClaiming):
                         ),
                         now,
                     )
+                    self._keep_span(s, cell)
                 sources: frozenset[CellState] = frozenset({CellState.RUNNING})
             else:
                 sources = states.sources_of(CellState.DONE, states.REPAIR_TRANSITIONS)
@@ -241,6 +244,14 @@ class StoreClaims(StoreClaiming):
                 self._event(s, cell, "marker_invalid", {"why": why})
             return rowcount(res) == 1
 
+    def keep_spans(self) -> int:
+        """Keep the span of every ended attempt that has none kept (an older root's, one a write made
+        stale): what a launch does once, so that `status` reads them instead of working them out."""
+        if self.engine.dialect.name != "sqlite":  # span_sql.py speaks SQLite's SQL
+            return 0
+        with self._write() as s:
+            return sum(rowcount(s.execute(text(sql))) for sql in KEEP_ALL)
+
     # -- helpers --------------------------------------------------------------
 
     @staticmethod
@@ -252,6 +263,15 @@ class StoreClaims(StoreClaiming):
             .where(AttemptRow.cell_id == cell, AttemptRow.number > base, AttemptRow.reason == str(reason))
         )
         return int(s.scalar(q) or 0)
+
+    @staticmethod
+    def _keep_span(s: Session, cell: str) -> None:
+        """Keep the span of the cell's attempt that just ended, for the forecast (span_sql.py)."""
+        if s.get_bind().dialect.name != "sqlite":  # span_sql.py speaks SQLite's SQL
+            return
+        s.flush()  # the attempt's end, which the span is worked out from
+        for sql in KEEP_CELL:
+            s.execute(text(sql), {"cell": cell})
 
     @staticmethod
     def _fill_attempt(att: AttemptRow, o: Outcome, now: datetime) -> None:

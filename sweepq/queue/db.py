@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 #: The newest revision in migrations/versions (tests/unit/test_store.py holds it to alembic's head).
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 VERSION_TABLE = "alembic_version"  # alembic's default, where it records the revision
 
 

@@ -5,9 +5,9 @@ It runs at every refresh of a live view, on sweeps of any size. The cells that t
 attempts and one checkpoint aggregate per attempt; the fresh ones among them (queued, never tried,
 no back-off: most of a large sweep's queue) as four bare values each, straight from the driver,
 since all the forecast needs of them is where they stand in claim order and their length. The
-settled cells (most of a large sweep) are not read one by one: the database works out each of their
-attempts' span (queue/forecast.py's `span`, in whole microseconds) and hands back those numbers
-alone, with their lengths summed by group.
+settled cells (most of a large sweep) are not read one by one: the database hands back each of their
+attempts' span (queue/forecast.py's `span`, in whole microseconds), kept on the attempt's row when
+it ended or else worked out (queue/span_sql.py), with their lengths summed by group.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sweepq.queue.forecast import UNSETTLED, AttemptSeen, CellSeen, Forecast, Po
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow
 from sweepq.queue.prepared import Prepared
 from sweepq.queue.reads import stall_floor
+from sweepq.queue.span_sql import SETTLED_SPANS
 from sweepq.queue.states import CellState, CheckpointState, Reason
 from sweepq.queue.transactions import StoreBase
 
@@ -199,7 +200,7 @@ def _settled(conn: Connection) -> Settled:
     """The settled cells still in the sweep, summed (forecast.Settled): three queries at any size."""
     spans = [
         (g, cell, Span(steps, micros, startup, bool(ended)))
-        for g, cell, steps, micros, startup, ended in _rows(conn, text(_SETTLED_SPANS).bindparams(lost=_LOST))
+        for g, cell, steps, micros, startup, ended in _rows(conn, text(SETTLED_SPANS))
     ]
     lengths = {g: (steps or 0, n) for g, steps, n in conn.execute(_SETTLED_LENGTHS)}
     began, last_end = conn.execute(_SETTLED_TIMES).one()
@@ -220,44 +221,3 @@ _SETTLED_TIMES = (
     .join(CellRow, CellRow.id == AttemptRow.cell_id)
     .where(_settled_cells())
 )
-
-
-def _us(t: str) -> str:
-    """A stored time (SQLite text, naive UTC with microseconds) as whole microseconds since the epoch:
-    exact, where julianday() would round."""
-    return f"(CAST(strftime('%s', substr({t}, 1, 19)) AS INTEGER) * 1000000 + CAST(substr({t}, 21, 6) AS INTEGER))"
-
-
-# Each attempt of a settled cell as forecast.span makes it from forecast_reads' points, in the same
-# floating-point operations: its first point its first checkpoint, its last its end as its receipt
-# measured it (a lost one's: its newest checkpoint), a steady span from the first to the last point.
-_SETTLED_SPANS = f"""
-WITH marks AS (
-    SELECT cell_id, attempt, min(step) AS fs, min(created_at) AS fa, max(step) AS ls, max(created_at) AS la
-    FROM checkpoints NOT INDEXED WHERE state != '{CheckpointState.CORRUPT}' GROUP BY cell_id, attempt
-), lasts AS MATERIALIZED (
-    SELECT g, cell, s0, k0, ended, fs, f_us,
-        CASE WHEN receipt THEN end_step ELSE ls END AS l_step,
-        CASE WHEN receipt THEN s0 + CAST(wall * 1000000.0 + 0.5 AS INTEGER) ELSE {_us("la")} END AS l_us
-    FROM (
-        SELECT c.group_number AS g, a.cell_id AS cell, {_us("a.started_at")} AS s0, coalesce(a.start_step, 0) AS k0,
-            a.ended_at IS NOT NULL AS ended, m.fs AS fs, {_us("m.fa")} AS f_us,
-            a.reason IS NOT NULL AND a.reason != :lost AND a.end_step IS NOT NULL AND a.wall_seconds IS NOT NULL
-                AS receipt,
-            a.end_step AS end_step, a.wall_seconds AS wall, m.ls AS ls, m.la AS la
-        FROM cells c JOIN attempts a ON a.cell_id = c.id
-        LEFT JOIN marks m ON m.cell_id = a.cell_id AND m.attempt = a.number
-        WHERE c.state NOT IN ({", ".join(f"'{s}'" for s in _UNSETTLED)}) AND NOT c.removed
-    )
-), steady AS (
-    SELECT *, fs IS NOT NULL AND l_step > fs AND l_us > f_us AS steady, (f_us - s0) / 1000000.0 AS before
-    FROM lasts WHERE l_step > k0
-)
-SELECT g, cell,
-    CASE WHEN steady THEN l_step - fs ELSE l_step - k0 END,
-    CASE WHEN steady THEN l_us - f_us ELSE l_us - s0 END,
-    CASE WHEN steady THEN min(max(0.0, before - (fs - k0) * ((l_us - f_us) / 1000000.0) / (l_step - fs)),
-                              max(0.0, before)) END,
-    ended
-FROM steady
-"""

@@ -9,11 +9,21 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event
 
-from sweepq.queue.forecast import MIN_SPAN_S, UNSETTLED, AttemptSeen, CellSeen, Point, Settled, forecast, span
+from sweepq.queue.forecast import (
+    MIN_SPAN_S,
+    UNSETTLED,
+    AttemptSeen,
+    CellSeen,
+    Forecast,
+    Point,
+    Settled,
+    forecast,
+    span,
+)
 from sweepq.queue.forecast_reads import _FRESH_CELLS, _rows, _settled
 from sweepq.queue.reads import stall_floor
 from sweepq.queue.records import Outcome
-from sweepq.queue.states import CellState
+from sweepq.queue.states import CellState, CheckpointState
 from sweepq.queue.store import Store
 from unit.support import T0, WORKER, FakeClock, Launch, sweep_from
 
@@ -257,16 +267,48 @@ def test_settled_cells_summed_by_the_database_give_the_same_forecast(store: Stor
         CellState.RUNNING,
         CellState.INTERRUPTED,
     ]
+    assert kept(store) == 10  # every ended attempt's span was kept when it ended (1.3's first: 0 steps)
+    fc = same_both_ways(store, spans=9)  # 1.3's lost attempt showed no step past its start
+    assert fc.complete and fc.startup_seconds is not None and fc.steps_per_second("1.3") is not None
+    assert fc.steps_per_second("1.1") != fc.steps_per_second("2.1")  # different rates, group by group
+
+    # 1.1's checkpoint found corrupt after its end: its attempt's kept span is forgotten, worked out
+    # again without that checkpoint (start-up and steps in one span now), and kept again by a launch
+    store.set_checkpoint_state("1.1", [10], CheckpointState.CORRUPT)
+    assert kept(store) == 9
+    changed = same_both_ways(store, spans=9)
+    assert changed.steps_per_second("1.1") != fc.steps_per_second("1.1")
+    assert store.keep_spans() == 1 and kept(store) == 10
+    assert same_both_ways(store, spans=9) == changed
+
+
+def kept(store: Store) -> int:
+    """The attempts whose span is kept on their row (only ended ones have it)."""
+    with store._read() as s:
+        kept, running = (
+            s.connection()
+            .exec_driver_sql(
+                "SELECT count(span_steps), count(*) FILTER (WHERE ended_at IS NULL AND span_steps IS NOT NULL) "
+                "FROM attempts"
+            )
+            .one()
+        )
+    assert running == 0
+    return int(kept)
+
+
+def same_both_ways(store: Store, spans: int) -> Forecast:
+    """The settled spans as the database hands them (kept or worked out) equal those of the cells read one
+    by one, and so does every figure of the forecast, to the last bit."""
     cells = store.forecast_cells()
     with store._read() as s:
         summed = _settled(s.connection())
     assert sorted(summed.spans) == sorted(Settled().plus(c for c in cells if c.state not in UNSETTLED).spans)
-    assert len(summed.spans) == 9  # 1.3's lost attempt showed no step past its start
+    assert len(summed.spans) == spans
     for workers in (1, 3):
         fc = store.forecast(workers)
         assert fc == forecast(cells, workers, store.clock(), late_s=stall_floor())
-        assert fc.complete and fc.startup_seconds is not None and fc.steps_per_second("1.3") is not None
-    assert fc.steps_per_second("1.1") != fc.steps_per_second("2.1")  # different rates, group by group
+    return fc
 
 
 THREE_GROUPS = """\
