@@ -51,9 +51,6 @@ def upgrade() -> None:
         ['cell_id', 'span_steps', 'span_micros', 'span_startup', 'started_at', 'ended_at'],
         unique=False,
     )
-    op.create_index(
-        'ix_attempts_span_unknown', 'attempts', ['cell_id'], unique=False, sqlite_where=sa.text('span_steps IS NULL')
-    )
     if op.get_bind().dialect.name == "sqlite":  # the spans are kept only there (sweepq/queue/span_sql.py)
         for name, body in TRIGGERS.items():
             op.execute(f"CREATE TRIGGER {name} {body}")
@@ -62,7 +59,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name in TRIGGERS:
         op.execute(f"DROP TRIGGER IF EXISTS {name}")
-    op.drop_index('ix_attempts_span_unknown', table_name='attempts')
     op.drop_index('ix_attempts_span', table_name='attempts')
     with op.batch_alter_table('attempts', schema=None) as batch_op:
         batch_op.drop_column('span_startup')

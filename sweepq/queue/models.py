@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, String, Text, UniqueConstraint, text
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -106,11 +106,9 @@ class AttemptRow(Base):
     __table_args__ = (
         UniqueConstraint("cell_id", "number", name="uq_attempts_cell_number"),
         Index("ix_attempts_started", "started_at"),
-        # What the forecast reads of every settled attempt (its kept span, when it ran), read without the
-        # rest of the row, which is wide (usage, environment, a traceback).
+        # What the forecast reads of every settled attempt (its kept span, when it ran), and which spans
+        # are not kept, read without the rest of the row, which is wide (usage, environment, a traceback).
         Index("ix_attempts_span", "cell_id", "span_steps", "span_micros", "span_startup", "started_at", "ended_at"),
-        # The attempts whose span is not kept (running ones, and those a write made stale): few.
-        Index("ix_attempts_span_unknown", "cell_id", sqlite_where=text("span_steps IS NULL")),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)

@@ -49,7 +49,7 @@ WITH marks AS (
             a.reason IS NOT NULL AND a.reason != '{Reason.LOST}' AND a.end_step IS NOT NULL
                 AND a.wall_seconds IS NOT NULL AS receipt,
             a.end_step AS end_step, a.wall_seconds AS wall, m.ls AS ls, m.la AS la
-        FROM attempts a JOIN cells c ON c.id = a.cell_id
+        FROM attempts a INDEXED BY ix_attempts_span JOIN cells c ON c.id = a.cell_id
         LEFT JOIN marks m ON m.cell_id = a.cell_id AND m.attempt = a.number
         WHERE {where}
     )
@@ -68,6 +68,8 @@ FROM steady
 
 
 _UNKNOWN = "a.ended_at IS NOT NULL AND a.span_steps IS NULL"
+# The cells with an attempt whose span is not kept (running ones, those a write made stale): few.
+_NOT_KEPT = "cell_id IN (SELECT cell_id FROM attempts INDEXED BY ix_attempts_span WHERE span_steps IS NULL)"
 
 #: The settled cells' spans: those kept, read as they are from their index (only an ended attempt's
 #: span is kept), and the others worked out. Columns: g, cell, steps, micros, startup, ended.
@@ -76,12 +78,7 @@ SELECT c.group_number, a.cell_id, a.span_steps, a.span_micros, a.span_startup, 1
 FROM attempts a INDEXED BY ix_attempts_span JOIN cells c ON c.id = a.cell_id
 WHERE {SETTLED} AND a.span_steps > 0
 UNION ALL
-SELECT g, cell, steps, micros, startup, ended FROM ({
-    spans(
-        f"{SETTLED} AND a.span_steps IS NULL",
-        "cell_id IN (SELECT cell_id FROM attempts INDEXED BY ix_attempts_span_unknown WHERE span_steps IS NULL)",
-    )
-})
+SELECT g, cell, steps, micros, startup, ended FROM ({spans(f"{SETTLED} AND a.span_steps IS NULL", _NOT_KEPT)})
 """
 
 
@@ -89,12 +86,12 @@ def keep(cell: bool) -> list[str]:
     """The statements that keep the span of every ended attempt that has none kept (of the cell `:cell`
     when `cell`): worked out, then 0 for those that showed no step past their start."""
     only = " AND a.cell_id = :cell" if cell else ""
-    marks = "cell_id = :cell" if cell else "cell_id IN (SELECT cell_id FROM attempts WHERE span_steps IS NULL)"
+    marks = "cell_id = :cell" if cell else _NOT_KEPT
     return [
         f"UPDATE attempts SET span_steps = s.steps, span_micros = s.micros, span_startup = s.startup "
         f"FROM ({spans(_UNKNOWN + only, marks)}) AS s WHERE attempts.id = s.id",
-        "UPDATE attempts SET span_steps = 0 WHERE ended_at IS NOT NULL AND span_steps IS NULL"
-        + (" AND cell_id = :cell" if cell else ""),
+        "UPDATE attempts INDEXED BY ix_attempts_span SET span_steps = 0 "
+        "WHERE ended_at IS NOT NULL AND span_steps IS NULL" + (" AND cell_id = :cell" if cell else ""),
     ]
 
 
