@@ -11,7 +11,8 @@ its span costs time, never a wrong figure.
 What would make a kept span stale is a change to what it was worked out from: the attempt's own
 times and steps, or its checkpoints' rows (a checkpoint marked corrupt later, a row added by a
 repair). Triggers (migration 0005) forget the kept span on any such write, whoever makes it;
-`KEEP` works it out again for the attempts it is given.
+`KEEP_CELL` keeps a cell's again when its attempt ends (`Store.finish`), `KEEP_ALL` every one
+not kept (`Store.keep_spans`, at each launch).
 """
 
 from __future__ import annotations
