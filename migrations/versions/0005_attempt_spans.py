@@ -7,7 +7,9 @@ Create Date: 2026-12-20
 `status` on a large sweep worked out the span of every settled attempt from its
 times at every call (sweepq/queue/span_sql.py). The span is now kept on the row
 when the attempt ends; NULL means not kept, and the reads work it out as before,
-so the attempts of an older root stay right until a launch keeps theirs.
+so the attempts of an older root stay right until a launch keeps theirs. The index
+that reads them (ix_attempts_span) also holds each attempt's start and end; it
+replaces ix_attempts_started, so that a claim writes no more indexes than before.
 
 The triggers forget a kept span on any write to what it came from: the attempt's
 own times and steps, or a checkpoint row of the attempt. A later migration that
@@ -45,6 +47,9 @@ def upgrade() -> None:
     op.add_column('attempts', sa.Column('span_steps', sa.Integer(), nullable=True))
     op.add_column('attempts', sa.Column('span_micros', sa.Integer(), nullable=True))
     op.add_column('attempts', sa.Column('span_startup', sa.Double(), nullable=True))
+    # Each claim inserts into every index of attempts: ix_attempts_started served only the listing of
+    # every attempt in start order (`sweepq attempts`), which sorts instead.
+    op.drop_index('ix_attempts_started', table_name='attempts')
     op.create_index(
         'ix_attempts_span',
         'attempts',
@@ -60,6 +65,7 @@ def downgrade() -> None:
     for name in TRIGGERS:
         op.execute(f"DROP TRIGGER IF EXISTS {name}")
     op.drop_index('ix_attempts_span', table_name='attempts')
+    op.create_index('ix_attempts_started', 'attempts', ['started_at'], unique=False)
     with op.batch_alter_table('attempts', schema=None) as batch_op:
         batch_op.drop_column('span_startup')
         batch_op.drop_column('span_micros')

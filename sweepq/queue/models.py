@@ -105,7 +105,6 @@ class AttemptRow(Base):
     __tablename__ = "attempts"
     __table_args__ = (
         UniqueConstraint("cell_id", "number", name="uq_attempts_cell_number"),
-        Index("ix_attempts_started", "started_at"),
         # What the forecast reads of every settled attempt (its kept span, when it ran), and which spans
         # are not kept, read without the rest of the row, which is wide (usage, environment, a traceback).
         Index("ix_attempts_span", "cell_id", "span_steps", "span_micros", "span_startup", "started_at", "ended_at"),
