@@ -11,8 +11,9 @@ from sqlalchemy import BindParameter, ColumnElement, FromClause, Select, Table, 
 from sweepq.errors import UsageError
 from sweepq.queue import states
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow, UTCDateTime
+from sweepq.queue.prepared import Prepared
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
-from sweepq.queue.rows import attempt_record, cell_record, checkpoint_record, event_record
+from sweepq.queue.rows import CELL_COLUMNS, attempt_record, cell_record, cell_records, checkpoint_record, event_record
 from sweepq.queue.states import CellState
 from sweepq.queue.transactions import StoreBase
 from sweepq.spec.sweep import Settings
@@ -94,11 +95,14 @@ class StoreReads(StoreBase):
     # -- cells, attempts, checkpoints, history ------------------------------
 
     def cells(self, include_removed: bool = True) -> list[CellRecord]:
+        # Converted tuples from the driver's cursor (prepared.py), not ORM objects: reading every cell of a
+        # sweep of 100,000 took 5.4 s through the ORM, 3.7 s as row objects.
+        q = select(*CELL_COLUMNS).order_by(CellRow.group_number, CellRow.index)
+        if not include_removed:
+            q = q.where(CellRow.removed.is_(False))
+        every = Prepared(q, self.engine.dialect, returns=CELL_COLUMNS)
         with self._read() as s:
-            q = select(CellRow).order_by(CellRow.group_number, CellRow.index)
-            if not include_removed:
-                q = q.where(CellRow.removed.is_(False))
-            return [cell_record(r) for r in s.scalars(q)]
+            return cell_records(every.each(s.connection(), 2000))
 
     def cell(self, cell_id: str) -> CellRecord:
         with self._read() as s:

@@ -18,7 +18,7 @@ def iso(t: datetime | None) -> str | None:
     return None if t is None else t.isoformat().replace("+00:00", "Z")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: `status --all` holds one per cell of the sweep
 class CellRecord:
     id: str
     group: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from enum import Enum
 from typing import Any, TypeVar, get_origin, get_type_hints
@@ -46,6 +46,21 @@ def json_safe(obj: Any) -> Any:
 
 def cell_record(r: CellRow) -> CellRecord:
     return _record(CellRecord, r, {"group": "group_number"})
+
+
+#: The cells table's columns, in the order `cell_records` reads them.
+CELL_COLUMNS = list(CellRow.__table__.c)
+_CELL_AT = [
+    ([c.name for c in CELL_COLUMNS].index({"group": "group_number"}.get(name, name)), convert)
+    for name, convert in _FIELDS[CellRecord]
+]
+
+
+def cell_records(rows: Iterable[Sequence[Any]]) -> list[CellRecord]:
+    """Rows of CELL_COLUMNS, each value converted as its column's type reads it, as records: by position,
+    since a row object's attribute costs more than the rest of a record (`status --all` reads every cell)."""
+    at = _CELL_AT
+    return [CellRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
 
 
 def attempt_record(r: AttemptRow) -> AttemptRecord:

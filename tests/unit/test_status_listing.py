@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from sweepq.cli import json_stream, read_commands, render
 from sweepq.cli.read_commands import Listing, attention, status_json, status_view
 from sweepq.queue.liveness import FileLockLiveness
+from sweepq.queue.models import CellRow
 from sweepq.queue.records import Outcome
+from sweepq.queue.rows import cell_record
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
 from unit.support import WORKER, FakeClock, Launch, sweep_from
@@ -159,6 +162,22 @@ def test_the_streamed_json_is_byte_for_byte_the_old_one(big: Store, tmp_path: Pa
         conn.exec_driver_sql("""UPDATE cells SET metrics = '{"score": NaN}' WHERE id = '1.3'""")
     with pytest.raises(ValueError, match="not JSON compliant"):
         list(status_json(big))
+
+
+def test_cells_read_as_driver_tuples_are_the_records_the_orm_reads(big: Store) -> None:
+    """Store.cells reads converted tuples by position (rows.cell_records): every field of every record is
+    the one read through the ORM, odd stored values too (a whole-second time, NULL and 'null' JSON)."""
+    with big.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE cells SET updated_at = '2026-01-02 03:04:05.000000' WHERE id = '1.2'")
+        conn.exec_driver_sql("UPDATE cells SET metrics = 'null', cfg = 'null' WHERE id = '1.4'")
+        conn.exec_driver_sql("UPDATE cells SET metrics = NULL, removed = 1 WHERE id = '1.6'")
+    with big._read() as s:
+        orm = [cell_record(r) for r in s.scalars(select(CellRow).order_by(CellRow.group_number, CellRow.index))]
+    cells = big.cells()
+    assert cells == orm and len(cells) == 300
+    assert {c.state for c in cells} >= {CellState.DONE, CellState.RUNNING, CellState.FAILED, CellState.QUEUED}
+    assert cells[3].cfg == {} and cells[5].removed and cells[1].updated_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert big.cells(include_removed=False) == [c for c in orm if not c.removed]
 
 
 @pytest.mark.parametrize(
