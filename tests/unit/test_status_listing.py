@@ -145,6 +145,7 @@ def test_the_streamed_json_is_byte_for_byte_the_old_one(big: Store, tmp_path: Pa
         conn.exec_driver_sql("""UPDATE cells SET metrics = '{"score":\n  0.5, "n": "NaN é"}' WHERE id = '1.3'""")
         conn.exec_driver_sql("""UPDATE cells SET cfg = '{"a":\n  [1,2]}' WHERE id = '1.5'""")
         conn.exec_driver_sql("UPDATE cells SET metrics = 'null', cfg = 'null' WHERE id = '1.4'")
+        conn.exec_driver_sql("UPDATE cells SET step = 5.5, best_step = 'x' WHERE id = '1.6'")  # a foreign writer's
     indented, lines = tmp_path / "indented.json", tmp_path / "lines.json"
     with indented.open("w") as file:
         json_stream.write_texts(status_json(big), file, lines=False)
@@ -158,6 +159,7 @@ def test_the_streamed_json_is_byte_for_byte_the_old_one(big: Store, tmp_path: Pa
     assert len(rows) == 300 and rows[0]["metrics"]["loss"] == 0.99 and rows[0]["cfg"]["opt"]["none"] == {}
     assert rows[1]["updated_at"] == "2026-01-02T03:04:05Z" and rows[2]["metrics"] == {"score": 0.5, "n": "NaN é"}
     assert (rows[3]["metrics"], rows[3]["cfg"], rows[4]["cfg"]) == ({}, {}, {"a": [1, 2]})
+    assert (rows[5]["step"], rows[5]["best_step"]) == (5.5, "x")
     with big.engine.begin() as conn:
         conn.exec_driver_sql("""UPDATE cells SET metrics = '{"score": NaN}' WHERE id = '1.3'""")
     with pytest.raises(ValueError, match="not JSON compliant"):
