@@ -7,8 +7,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from alembic import command
 from sqlalchemy import event
 
+from sweepq.queue import db
 from sweepq.queue.forecast import (
     MIN_SPAN_S,
     UNSETTLED,
@@ -280,6 +282,23 @@ def test_settled_cells_summed_by_the_database_give_the_same_forecast(store: Stor
     assert changed.steps_per_second("1.1") != fc.steps_per_second("1.1")
     assert store.keep_spans() == 1 and kept(store) == 10
     assert same_both_ways(store, spans=9) == changed
+
+    # The same root as an older sweepq left it (schema 0004: no span kept), opened by a launch: every
+    # span worked out, then kept by the launch; the triggers are there again (a corrupt mark forgets)
+    cfg = db._alembic_config()
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0004")
+    store.close()
+    older = Store.open(store.root, clock=clock)
+    try:
+        assert kept(older) == 0 and same_both_ways(older, spans=9) == changed
+        assert older.keep_spans() == 10 and kept(older) == 10 and same_both_ways(older, spans=9) == changed
+        older.set_checkpoint_state("1.2", [15], CheckpointState.CORRUPT)  # 1.2's resumed attempt's checkpoint
+        assert kept(older) == 9
+        same_both_ways(older, spans=9)
+    finally:
+        older.close()
 
 
 def kept(store: Store) -> int:
