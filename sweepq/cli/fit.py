@@ -53,6 +53,13 @@ class Column:
     family: str = ""  # columns of one family take their full form together, or none does (started, ended)
     called: str = ""  # what the footnote calls it, when not its full header (a cfg key's unambiguous tail)
 
+    def __post_init__(self) -> None:
+        if len(self.values) >= LINES_FROM:  # most values of a long column repeat: one string each is kept
+            seen: dict[str, str] = {}
+            object.__setattr__(self, "values", _shared(self.values, seen))
+            if self.short_values is not None:
+                object.__setattr__(self, "short_values", _shared(self.short_values, seen))
+
     def width(self, short: bool) -> int:
         header = self.short_name if short and self.short_name is not None else self.name
         values = self.short_values if short and self.short_values is not None else self.values
@@ -213,6 +220,12 @@ def _line(
 def _value(col: Column, short: bool, row: int) -> Cell:
     values = col.short_values if short and col.short_values is not None else col.values
     return values[row]
+
+
+def _shared(values: Sequence[Cell], seen: dict[str, str]) -> list[Cell]:
+    """`values` with each string the first of those equal to it (status --all of 100,000 cells: 118 MB of
+    columns, most of it copies of a few values, to about 20 MB)."""
+    return [seen.setdefault(v, v) if type(v) is str else v for v in values]
 
 
 def _plain(v: Cell) -> str:
