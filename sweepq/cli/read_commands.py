@@ -15,7 +15,6 @@ from rich.console import Console, Group, RenderableType
 from sweepq.cli import failures, fit, header, json_stream, render, render_cell
 from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
 from sweepq.errors import UsageError
-from sweepq.spec.sweep import select_cells
 
 if TYPE_CHECKING:
     from sweepq.queue.records import CellRecord
@@ -267,6 +266,8 @@ def show(cell: str | None, spec: str | None, root: str | None, as_json: bool) ->
 
 
 def one_cell(store: Store, selector: str, command: str) -> str:
+    from sweepq.spec.sweep import select_cells  # the sweep file's module: only for the commands that select
+
     cells = select_cells(store.cells(), [selector])
     if len(cells) != 1:
         raise UsageError(f"{selector!r} names {len(cells)} cells; `{command}` takes one cell id like 2.3")
@@ -290,6 +291,8 @@ def attempts(spec: str | None, root: str | None, cells: tuple[str, ...], reason:
     if reason is not None and reason not in {r.value for r in Reason}:
         raise UsageError(f"unknown reason {reason!r}: one of {', '.join(r.value for r in Reason)}")
     with reading(spec, root) as store:
+        from sweepq.spec.sweep import select_cells
+
         wanted = {c.id for c in select_cells(store.cells(), cells)} if cells else None
         rows = [a for a in store.attempts(reason=reason, newest_first=True) if wanted is None or a.cell in wanted]
         if as_json:

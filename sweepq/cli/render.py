@@ -24,7 +24,7 @@ from sweepq.execution import usage_text
 from sweepq.execution.usage_text import low_gpu_flag
 from sweepq.queue.records import AttemptRecord, CellRecord
 from sweepq.queue.states import CLAIMABLE, CellState
-from sweepq.spec.sweep import Metric
+from sweepq.spec.types import Metric
 
 STATE_STYLE = {
     CellState.QUEUED: "dim",

@@ -25,7 +25,7 @@ from sweepq.cli.render import (
 )
 from sweepq.execution import usage_text
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
-from sweepq.spec.sweep import Metric
+from sweepq.spec.types import Metric
 
 
 def show_cell(

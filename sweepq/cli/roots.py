@@ -6,11 +6,20 @@ Its own module so that read commands find their root without importing `launch` 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sweepq.errors import UsageError
 from sweepq.layout import default_root_beside
 from sweepq.queue.database import Database
-from sweepq.spec.sweep import Sweep, load_sweep
+
+if TYPE_CHECKING:
+    from sweepq.spec.sweep import Sweep
+
+
+def _load(path: str | Path) -> Sweep:
+    from sweepq.spec.sweep import load_sweep  # the YAML reader and the grid: only when a file names the root
+
+    return load_sweep(path)
 
 
 def default_root(sweep: Sweep) -> Path:
@@ -23,12 +32,12 @@ def resolve_root(spec: str | None, root: str | None) -> Path:
     if root:
         p = Path(root)
         if p.is_file() and p.suffix in (".yaml", ".yml"):
-            return _resolved(default_root(load_sweep(p)))
+            return _resolved(default_root(_load(p)))
         return _resolved(p)
     if spec:
         if Path(spec).is_dir():  # `sweepq status runs/x`: a root where a sweep file may stand
             return _resolved(Path(spec))
-        return _resolved(default_root(load_sweep(spec)))
+        return _resolved(default_root(_load(spec)))
     cwd = Path.cwd()
     if Database.for_root(cwd).exists():
         return cwd

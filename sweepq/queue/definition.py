@@ -38,7 +38,7 @@ from sweepq.queue.records import CellRecord
 from sweepq.queue.rows import cell_record, json_safe
 from sweepq.queue.states import CellState
 from sweepq.queue.transactions import StoreBase
-from sweepq.spec.sweep import CellSpec, Settings
+from sweepq.spec.types import CellSpec, Settings
 
 if TYPE_CHECKING:
     from sweepq.queue.reconcile import ReconcilePlan as Plan

@@ -16,7 +16,7 @@ from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, Ev
 from sweepq.queue.rows import CELL_COLUMNS, attempt_record, cell_record, cell_records, checkpoint_record, event_record
 from sweepq.queue.states import CellState
 from sweepq.queue.transactions import StoreBase
-from sweepq.spec.sweep import Settings
+from sweepq.spec.types import Settings
 
 #: A running cell is said to make no progress once silent for the longer of this and three of its steps.
 STALL_SECONDS = 120.0

@@ -16,7 +16,7 @@ from typing import Any
 
 import sweepq.spec as spec_package
 from sweepq.errors import DriftError
-from sweepq.spec.sweep import CellSpec, Sweep
+from sweepq.spec.types import CellSpec, Sweep
 from sweepq.version import __version__
 
 Cfg = dict[str, Any]

@@ -21,7 +21,7 @@ from sweepq.layout import CELLS_DIR, RootPaths
 from sweepq.queue.database import Database, DatabaseDamaged
 from sweepq.queue.models import AttemptRow, EventRow, SweepRow
 from sweepq.queue.rows import json_safe
-from sweepq.spec.sweep import Settings
+from sweepq.spec.types import Settings
 
 Clock = Callable[[], datetime]
 

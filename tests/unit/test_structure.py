@@ -163,7 +163,7 @@ def test_only_import_time_imports_count() -> None:
 
 def test_the_import_graph_sees_the_package() -> None:
     assert {"sweepq", "sweepq.queue.store", "sweepq.cli.main", "sweepq.spec.sweep"} <= set(MODULES)
-    assert {"sweepq.errors", "sweepq.spec.sweep"} <= imports_of("sweepq.queue.reconcile")
+    assert {"sweepq.errors", "sweepq.spec.types"} <= imports_of("sweepq.queue.reconcile")
     assert imports_of("sweepq.queue.states") == {"sweepq.errors"}
 
 
