@@ -165,9 +165,9 @@ class _Measures:
         spans += settled.spans
         measured = [s.startup for _, _, s in spans if s.startup is not None and s.stepping(None)]
         startup = statistics.median(measured) if measured else None
-        own, groups, whole = pools(spans, startup)
+        speed, groups, whole = pools(spans, startup)
         return cls(
-            speed={i: spp for i, pool in own.items() if (spp := pool.seconds_per_step(startup)) is not None},
+            speed=speed,
             length=_lengths(cells, settled.lengths),
             startup=startup,
             group_speed={g: p.seconds_per_step(startup) for g, p in groups.items()},

@@ -54,15 +54,16 @@ class Span(NamedTuple):
         A running attempt seen once counts only when the start-up is known and its steps took at least
         as long: until then its span is mostly its own start-up, which varies from one attempt to the
         next (an ended one counts whatever it holds, start-up and all, if none is known)."""
-        if self.startup is not None:
-            seconds = self.seconds
-        elif self.ended:
-            seconds = self.seconds - (startup or 0.0)
+        _, micros, own, ended = self  # unpacked: called for every attempt of the sweep
+        if own is not None:
+            seconds = micros / 1e6
+        elif ended:
+            seconds = micros / 1e6 - (startup or 0.0)
         elif startup is None:
             return None
         else:
-            seconds = self.seconds - startup if self.seconds - startup >= startup else 0.0
-        return seconds if seconds > 0 and (self.ended or seconds >= MIN_SPAN_S) else None
+            seconds = micros / 1e6 - startup if micros / 1e6 - startup >= startup else 0.0
+        return seconds if seconds > 0 and (ended or seconds >= MIN_SPAN_S) else None
 
 
 def span(a: AttemptSeen) -> Span | None:
@@ -91,9 +92,10 @@ class Pool(NamedTuple):
 
 def pools(
     spans: Iterable[tuple[int, str, Span]], startup: float | None
-) -> tuple[dict[str, Pool], dict[int, Pool], Pool]:
+) -> tuple[dict[str, float], dict[int, Pool], Pool]:
     """The spans that count, pooled by cell, by group and for the whole sweep (a loop over every
-    attempt of the sweep: kept to plain lists and one look-up a pool)."""
+    attempt of the sweep: kept to plain lists and one look-up a pool). By cell, only each pool's
+    seconds per step (`Pool.seconds_per_step`, in the same operations): no Pool for every cell."""
     own: dict[Any, list[int]] = {}  # by cell (str)
     groups: dict[Any, list[int]] = {}  # by group (int)
     whole = [0, 0, 0]
@@ -103,9 +105,14 @@ def pools(
             continue
         steps, micros, takeoff = s[0], s[1], int(measured and s[2] is None)
         whole[0], whole[1], whole[2] = whole[0] + steps, whole[1] + micros, whole[2] + takeoff
-        for pools_, key in ((own, cell), (groups, group)):
-            if (pool := pools_.get(key)) is None:
-                pools_[key] = [steps, micros, takeoff]
-            else:
-                pool[0], pool[1], pool[2] = pool[0] + steps, pool[1] + micros, pool[2] + takeoff
-    return {c: Pool(*p) for c, p in own.items()}, {g: Pool(*p) for g, p in groups.items()}, Pool(*whole)
+        if (pool := own.get(cell)) is None:
+            own[cell] = [steps, micros, takeoff]
+        else:
+            pool[0], pool[1], pool[2] = pool[0] + steps, pool[1] + micros, pool[2] + takeoff
+        if (pool := groups.get(group)) is None:
+            groups[group] = [steps, micros, takeoff]
+        else:
+            pool[0], pool[1], pool[2] = pool[0] + steps, pool[1] + micros, pool[2] + takeoff
+    off = startup or 0.0
+    speed = {c: (p[1] / 1e6 - p[2] * off) / p[0] for c, p in own.items() if p[0]}
+    return speed, {g: Pool(*p) for g, p in groups.items()}, Pool(*whole)
