@@ -22,6 +22,7 @@ from sweepq.errors import SweepqError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from sweepq.queue.reader import Reader
     from sweepq.queue.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,6 +101,20 @@ def reading(spec: str | None, root: str | None) -> Iterator[Store]:
         yield store
     finally:
         store.close()
+
+
+@contextmanager
+def status_reading(spec: str | None, root: str | None) -> Iterator[Reader]:
+    """`reading`'s root through the standard library's sqlite3 alone (queue/reader.py): what `status`
+    reads, without importing SQLAlchemy."""
+    from sweepq.cli.roots import resolve_root
+    from sweepq.queue.reader import Reader
+
+    reader = Reader.open(resolve_root(spec, root))
+    try:
+        yield reader
+    finally:
+        reader.close()
 
 
 @contextmanager

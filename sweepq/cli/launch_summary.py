@@ -9,8 +9,8 @@ from rich.text import Text
 
 from sweepq.cli import render
 from sweepq.queue import reconcile
-from sweepq.queue.definition import Census
 from sweepq.queue.states import CellState
+from sweepq.queue.status_reads import Census
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import Sweep
 

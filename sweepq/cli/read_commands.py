@@ -13,10 +13,11 @@ import click
 from rich.console import Console, Group, RenderableType
 
 from sweepq.cli import failures, fit, header, json_stream, render, render_cell
-from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
+from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option, status_reading
 from sweepq.errors import UsageError
 
 if TYPE_CHECKING:
+    from sweepq.queue.forecast_reads import ForecastReads as Queue  # a Store, or status's Reader
     from sweepq.queue.records import CellRecord
     from sweepq.queue.store import Store
 
@@ -29,14 +30,14 @@ def is_place(arg: str | None) -> bool:
     Cell selectors (2.3, a group name, 2.*) hold no slash and no .yaml, so a path with
     either is a place; a bare name is one only when it is a folder holding a queue.
     """
-    from sweepq.queue.database import Database
+    from sweepq.queue.root_checks import database_file
 
     if not arg:
         return False
     path = Path(arg)
     if path.suffix in (".yaml", ".yml") or "/" in arg or arg in (".", ".."):
         return True
-    return path.is_dir() and Database.for_root(path).exists()
+    return path.is_dir() and database_file(path).exists()
 
 
 def cell_and_place(cell: str | None, place: str | None, command: str) -> tuple[str, str | None]:
@@ -78,7 +79,7 @@ def status(
     Columns that do not fit the terminal are left out (a footnote names them); --json has everything:
     a list with an object per cell, indented in a terminal, else one cell a line (for jq, a file).
     """
-    with reading(spec, root) as store:
+    with status_reading(spec, root) as store:
         if as_json:
             json_stream.write_texts(status_json(store), sys.stdout, lines=not sys.stdout.isatty())
             return
@@ -104,7 +105,7 @@ class Listing:
 LISTING = Listing()
 
 
-def status_view(store: Store, all_rows: bool, all_params: bool, listing: Listing = LISTING) -> RenderableType:
+def status_view(store: Queue, all_rows: bool, all_params: bool, listing: Listing = LISTING) -> RenderableType:
     """The header and the table: every cell, or on a large sweep those `attention` picks and a footer."""
     metric = store.settings().metric
     census = store.census()
@@ -134,7 +135,7 @@ def status_view(store: Store, all_rows: bool, all_params: bool, listing: Listing
     return Group(head, table)
 
 
-def attention(store: Store, listing: Listing = LISTING) -> tuple[list[CellRecord], str]:
+def attention(store: Queue, listing: Listing = LISTING) -> tuple[list[CellRecord], str]:
     """The cells of a large sweep that `status` shows, and in words which: every running cell (a stalled
     one, one whose owner died), the first interrupted, failed or waiting to retry, then the best done.
     One query a part, each reading only the rows it shows."""
@@ -149,7 +150,7 @@ def attention(store: Store, listing: Listing = LISTING) -> tuple[list[CellRecord
     return [*running, *troubled, *best], why
 
 
-def status_json(store: Store) -> Iterator[str]:
+def status_json(store: Queue) -> Iterator[str]:
     """Every cell's `status --json` object as JSON text (one line), in cell order, made one at a time
     from the listing's plain rows (times and JSON columns already spelt as JSON)."""
     from sweepq.queue import liveness
@@ -164,7 +165,7 @@ def status_json(store: Store) -> Iterator[str]:
         yield cell_line(r, more, usages.get(cell))
 
 
-def status_workers(store: Store) -> tuple[int, bool]:
+def status_workers(store: Queue) -> tuple[int, bool]:
     """How many workers the forecast counts, and whether any runs: the live launch's, else as many as
     cells have a live owner (workers started by hand), else one (what a relaunch would take at the least)."""
     from sweepq.cli import launch_lock  # psutil and the lock: only for the commands that ask
@@ -178,7 +179,7 @@ def status_workers(store: Store) -> tuple[int, bool]:
     return max(1, running), running > 0 or live is not None
 
 
-def _watch(store: Store, con: Console, every: float, table: Callable[[], RenderableType]) -> None:
+def _watch(store: Queue, con: Console, every: float, table: Callable[[], RenderableType]) -> None:
     """The table again every `every` seconds until no cell is left to run (or Ctrl-C): live in a terminal,
     one table after another elsewhere (a file, a pipe)."""
     from rich.live import Live
@@ -199,12 +200,12 @@ def _watch(store: Store, con: Console, every: float, table: Callable[[], Rendera
         pass  # how a watch ends: not an error
 
 
-def _told(store: Store, cells: list[CellRecord]) -> dict[str, Any]:
+def _told(store: Queue, cells: list[CellRecord]) -> dict[str, Any]:
     """What status says beyond the columns: cells without progress, why cells failed, a full disk's words."""
     return {"stalls": store.stalls(), "notes": told_notes(store, cells)}
 
 
-def told_notes(store: Store, cells: list[CellRecord]) -> dict[str, str]:
+def told_notes(store: Queue, cells: list[CellRecord]) -> dict[str, str]:
     """The status table's notes: why each failed cell failed (and where its logs are), a full disk's words.
 
     The newest attempts of the cells told, in one read, not every attempt that ended the same way."""
@@ -215,7 +216,7 @@ def told_notes(store: Store, cells: list[CellRecord]) -> dict[str, str]:
     return told | store.fault_notes()  # the disk's own words say more than its exception
 
 
-def _alive(store: Store, cell: Any) -> bool | None:
+def _alive(store: Queue, cell: Any) -> bool | None:
     """For running cells: does a live process own the cell? (None for other states.)"""
     from sweepq.queue import liveness
     from sweepq.queue.states import CellState
@@ -225,7 +226,7 @@ def _alive(store: Store, cell: Any) -> bool | None:
     return liveness.for_root(store.root).owner_alive(cell.id)
 
 
-def _dead_running(store: Store, cells: list[CellRecord]) -> set[str]:
+def _dead_running(store: Queue, cells: list[CellRecord]) -> set[str]:
     return {c.id for c in cells if _alive(store, c) is False}
 
 

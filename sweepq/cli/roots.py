@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sweepq.errors import UsageError
 from sweepq.layout import default_root_beside
-from sweepq.queue.database import Database
+from sweepq.queue.root_checks import database_file
 
 if TYPE_CHECKING:
     from sweepq.spec.sweep import Sweep
@@ -39,7 +39,7 @@ def resolve_root(spec: str | None, root: str | None) -> Path:
             return _resolved(Path(spec))
         return _resolved(default_root(_load(spec)))
     cwd = Path.cwd()
-    if Database.for_root(cwd).exists():
+    if database_file(cwd).exists():
         return cwd
     raise UsageError(
         "no sweep root given and the current folder is not one: pass the sweep file, "

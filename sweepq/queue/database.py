@@ -33,13 +33,11 @@ each connection (the pool keeps none), from the files beside the database:
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
@@ -48,26 +46,13 @@ from sqlalchemy.pool import NullPool
 from sweepq.atomic import fsync_dir
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
-from sweepq.queue import db
+from sweepq.queue import db, root_checks
+from sweepq.queue.sqlite_file import BUSY_TIMEOUT_S as BUSY_TIMEOUT_S
+from sweepq.queue.sqlite_file import SIDECARS as SIDECARS
+from sweepq.queue.sqlite_file import DatabaseDamaged as DatabaseDamaged
+from sweepq.queue.sqlite_file import is_damage, prepare_readonly, readonly_target
 
-BUSY_TIMEOUT_S = 60.0
 _IMMEDIATE = "sweepq_immediate"  # execution option of the writer engine: BEGIN IMMEDIATE
-# SQLite's primary result codes that mean the file is not a readable database.
-_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
-SIDECARS = ("-wal", "-shm")  # SQLite's files beside a WAL-mode database
-
-
-class DatabaseDamaged(UsageError):
-    """The queue's database cannot be read as a database; `words` say what is wrong with it."""
-
-    def __init__(self, path: Path, words: str) -> None:
-        self.path, self.words = path, words
-        super().__init__(
-            f"the database at {path} is damaged: {words}. The cells' checkpoints and DONE.json "
-            "files are kept outside it and are intact. To rebuild the queue from them, run "
-            f"`sweepq repair SPEC --root {path.parent}` with this sweep's file: it moves the damaged "
-            "database aside (it is never deleted) and makes a new one, then `sweepq launch` goes on."
-        )
 
 
 class Database:
@@ -86,8 +71,8 @@ class Database:
     @classmethod
     def for_root(cls, root: Path, *, readonly: bool = False) -> Database:
         """The database of a sweep root (where a configured server URL would be read, later)."""
-        paths = RootPaths(root)
-        return cls(URL.create("sqlite", database=str(paths.db)), migrate_lock=paths.migrate_lock, readonly=readonly)
+        url = URL.create("sqlite", database=str(root_checks.database_file(root)))
+        return cls(url, migrate_lock=RootPaths(root).migrate_lock, readonly=readonly)
 
     def read_only(self) -> Database:
         """The same database, for a reader that must never write."""
@@ -167,16 +152,12 @@ class Database:
 
         @event.listens_for(engine, "do_connect")
         def _on_do_connect(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
-            cargs[:] = [_readonly_target(path)]
+            cargs[:] = [readonly_target(path)]
             cparams["uri"] = True
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None
-            cur = dbapi_conn.cursor()
-            cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-            cur.execute("PRAGMA query_only=ON")  # a write statement is an error, whatever the recipe
-            cur.close()
+            prepare_readonly(dbapi_conn)
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Any) -> None:
@@ -192,10 +173,7 @@ class Database:
         @event.listens_for(engine, "handle_error")
         def _on_error(ctx: Any) -> None:
             e = ctx.original_exception
-            if isinstance(e, sqlite3.DatabaseError) and (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (
-                _SQLITE_CORRUPT,
-                _SQLITE_NOTADB,
-            ):
+            if is_damage(e):
                 raise DatabaseDamaged(path, f'SQLite says "{e}"') from e
 
     @cached_property
@@ -320,32 +298,3 @@ class Database:
             raise UsageError(f"{path} appeared while it was being rebuilt: another process is using this root")
         os.replace(source, path)
         fsync_dir(path.parent)  # the rename survives a power loss
-
-
-def _readonly_target(path: Path) -> str:
-    """The URI that opens `path` without writing anything (the module docstring says why)."""
-    wal, shm = (path.with_name(path.name + side) for side in SIDECARS)
-    uri = "file:" + quote(str(path))
-    can_create = _can_create_beside(path)
-    if wal.exists() and (shm.exists() or can_create):
-        return uri + "?mode=ro"
-    if not wal.exists() and can_create and os.access(path, os.W_OK):
-        return uri + "?mode=rw"  # never create: a file that vanished meanwhile is not made empty
-    if not wal.exists() or wal.stat().st_size == 0:
-        return uri + "?mode=ro&immutable=1"
-    raise UsageError(
-        f"the database at {path} has transactions in its log {wal.name} but no {shm.name} beside it, and this "
-        f"user cannot create one in {path.parent}: read it as a user who can write that folder, or read a copy "
-        "of the root made with `cp -a` (its log comes along)."
-    )
-
-
-def _can_create_beside(path: Path) -> bool:
-    """Could this process create SQLite's log and index next to `path`?"""
-    folder = path.parent
-    try:
-        if os.statvfs(folder).f_flag & os.ST_RDONLY:
-            return False
-    except OSError:
-        return False
-    return os.access(folder, os.W_OK | os.X_OK)

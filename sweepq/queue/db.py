@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, inspect, text
 
 from sweepq.errors import UsageError
+from sweepq.queue import root_checks
+from sweepq.queue.root_checks import SCHEMA_HEAD as SCHEMA_HEAD
+from sweepq.queue.sqlite_file import VERSION_TABLE
 
 if TYPE_CHECKING:
     from alembic.config import Config
-
-#: The newest revision in migrations/versions (tests/unit/test_store.py holds it to alembic's head).
-SCHEMA_HEAD = "0005"
-VERSION_TABLE = "alembic_version"  # alembic's default, where it records the revision
 
 
 def migrations_dir() -> Path:
@@ -88,10 +87,4 @@ def upgrade(engine: Engine, where: str) -> None:
 
 def check_current(engine: Engine, where: str) -> None:
     """For read-only commands: refuse a database whose schema is not this sweepq's."""
-    rev, head = current_revision(engine), SCHEMA_HEAD
-    if rev != head:
-        raise UsageError(
-            f"the database at {where} has schema revision {rev}, this sweepq "
-            f"expects {head}. Run `sweepq launch` or `sweepq worker` on it once to upgrade it "
-            "(read commands never change a database)."
-        )
+    root_checks.check_current(current_revision(engine), where)

@@ -8,7 +8,6 @@ inserts and updates, batch by batch, inside the reconcile's one write transactio
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from itertools import islice
@@ -43,7 +42,7 @@ from sweepq.spec.types import CellSpec, Settings
 if TYPE_CHECKING:
     from sweepq.queue.reconcile import ReconcilePlan as Plan
 
-__all__ = ["Census", "Existing", "StoreDefinition"]
+__all__ = ["Existing", "StoreDefinition"]
 
 BATCH = 2000  # rows a bulk statement carries: memory stays flat however many cells a sweep has
 _CELLS = cast(Table, CellRow.__table__)
@@ -62,19 +61,6 @@ _UNFINISHED = select(CellRow.id, CellRow.cfg_hash).where(
 @lru_cache(maxsize=8)
 def _prepared(stmt: ClauseElement, dialect: Dialect) -> Prepared:
     return Prepared(stmt, dialect)
-
-
-@dataclass(frozen=True)
-class Census:
-    """How many cells are in each state, and which come first (cells gone from the sweep file counted apart)."""
-
-    counts: dict[CellState, int]
-    first: dict[CellState, list[str]]  # the first ids of each state, in cell order
-    removed: int
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
 
 
 class StoreDefinition(StoreBase):
@@ -157,27 +143,6 @@ class StoreDefinition(StoreBase):
         with self._read() as s:
             conn = s.connection()
             return [(cell, cfg_hash) for cell, cfg_hash in _prepared(_UNFINISHED, conn.dialect).rows(conn)]
-
-    def census(self, listed: int = 0) -> Census:
-        """The cells counted by state (those gone from the file apart), and the first `listed` ids of each state."""
-        live = CellRow.removed.is_(False)
-        order = (CellRow.group_number, CellRow.index)
-        with self._read() as s:
-            rows = s.execute(
-                select(CellRow.state, CellRow.removed, func.count()).group_by(CellRow.state, CellRow.removed)
-            )
-            counts: dict[CellState, int] = {}
-            removed = 0
-            for state, gone, count in rows:
-                if gone:
-                    removed += count
-                else:
-                    counts[CellState(state)] = count
-            first: dict[CellState, list[str]] = {}
-            if listed > 0:
-                ids = select(CellRow.id).where(live, CellRow.state == bindparam("state")).order_by(*order).limit(listed)
-                first = {state: list(s.scalars(ids, {"state": str(state)})) for state in counts}
-        return Census(counts, first, removed)
 
     def steps_digest(self) -> tuple[tuple[str, int, int], ...]:
         """Per state, its cells and their attempts summed: it moves whenever a cell's state or attempt does."""

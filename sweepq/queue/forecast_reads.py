@@ -3,75 +3,75 @@
 It runs at every refresh of a live view, on sweeps of any size. The cells that take a worker
 (running, interrupted, queued) are read one by one, as narrow tuples (no JSON column), with their
 attempts and one checkpoint aggregate per attempt; the fresh ones among them (queued, never tried,
-no back-off: most of a large sweep's queue) as four bare values each, straight from the driver,
-since all the forecast needs of them is where they stand in claim order and their length. The
-settled cells (most of a large sweep) are not read one by one: the database hands back each of their
-attempts' span (queue/forecast.py's `span`, in whole microseconds), kept on the attempt's row when
-it ended or else worked out (queue/span_sql.py), with their lengths summed by group.
+no back-off: most of a large sweep's queue) as four bare values each, since all the forecast needs
+of them is where they stand in claim order and their length. The settled cells (most of a large
+sweep) are not read one by one: the database hands back each of their attempts' span
+(queue/forecast.py's `span`, in whole microseconds), kept on the attempt's row when it ended or else
+worked out (queue/span_sql.py), with their lengths summed by group.
+
+SQL text on the driver's connection, as queue/status_reads.py's reads (which says why): `status` runs
+these without SQLAlchemy.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import ClauseElement, Connection, and_, case, exists, func, not_, select, text
-
 from sweepq.queue.forecast import UNSETTLED, AttemptSeen, CellSeen, Forecast, Point, Settled, Span, forecast
-from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow
-from sweepq.queue.prepared import Prepared
-from sweepq.queue.reads import stall_floor
+from sweepq.queue.rows import utc
 from sweepq.queue.span_sql import SETTLED_SPANS
 from sweepq.queue.states import CellState, CheckpointState, Reason
-from sweepq.queue.transactions import StoreBase
+from sweepq.queue.status_reads import Driver, StatusReads, stall_floor
 
-_UNSETTLED = sorted(str(s) for s in UNSETTLED)
+_UNSETTLED = ", ".join(sorted(f"'{s}'" for s in UNSETTLED))
 
 
-class StoreForecastReads(StoreBase):
+class ForecastReads(StatusReads):
     def forecast(self, workers: int) -> Forecast:
         """The sweep's ETA and each cell's, with `workers` workers, as of the store's clock; a running
-        cell late by more than the silence `status` calls "no progress" (reads.stall_floor) is stalled."""
-        with self._read() as s:
-            conn = s.connection()
-            cells, settled = _unsettled(conn), _settled(conn)
+        cell late by more than the silence `status` calls "no progress" (status_reads.stall_floor) is stalled."""
+        with self._raw() as c:
+            cells, settled = _unsettled(c), _settled(c)
         return forecast(cells, workers, self.clock(), late_s=stall_floor(), settled=settled)
 
     def forecast_cells(self) -> list[CellSeen]:
         """Every cell still in the sweep, settled ones too, with what its attempts showed of their speed
         (what `forecast` sums in SQL, read one by one)."""
-        with self._read() as s:
-            return _cells(s.connection(), settled_too=True)
+        with self._raw() as c:
+            return _cells(c, settled_too=True)
 
 
-def _cells(conn: Connection, settled_too: bool, fresh: bool = True) -> list[CellSeen]:
+def _cells(c: Driver, settled_too: bool, fresh: bool = True) -> list[CellSeen]:
     """The cells still in the sweep (only those that take a worker unless `settled_too`; not the fresh
-    ones unless `fresh`), as plain rows: the ORM's result machinery costs more than the query."""
-    cells, attempts, checkpoints = _CELLS, _ATTEMPTS, _CHECKPOINTS
-    if not fresh:
-        cells = cells.where(not_(_FRESH))
+    ones unless `fresh`), as plain rows, their times read only where they are not NULL."""
+    where = "" if fresh else f" AND NOT ({_FRESH})"
     if not settled_too:
-        cells = cells.where(CellRow.state.in_(_UNSETTLED))
-        attempts = attempts.join(CellRow, CellRow.id == AttemptRow.cell_id).where(CellRow.state.in_(_UNSETTLED))
-        checkpoints = checkpoints.join(CellRow, CellRow.id == CheckpointRow.cell_id).where(
-            CellRow.state.in_(_UNSETTLED)
-        )
-    return _seen(list(conn.execute(cells)), list(conn.execute(attempts)), list(conn.execute(checkpoints)))
+        where += f" AND cells.state IN ({_UNSETTLED})"
+    of = (lambda t: "") if settled_too else _OF_UNSETTLED.format
+    cells = [_CellRow(*r[:7], *map(_at, r[7:])) for r in c.execute(_CELLS.format(where=where))]
+    attempts = [
+        _AttemptRow(a, n, utc(s), _at(e), *r) for a, n, s, e, *r in c.execute(_ATTEMPTS.format(join=of(t="attempts")))
+    ]
+    checkpoints = [
+        _MarkRow(i, n, fs, _at(fa), ls, _at(la), k)
+        for i, n, fs, fa, ls, la, k in c.execute(_CHECKPOINTS.format(join=of(t="checkpoints")))
+    ]
+    return _seen(cells, attempts, checkpoints)
 
 
-def _unsettled(conn: Connection) -> list[CellSeen]:
+def _at(v: Any) -> Any:
+    return None if v is None else utc(v)
+
+
+def _unsettled(c: Driver) -> list[CellSeen]:
     """The cells that take a worker: those with a past (attempts, checkpoints, a back-off) as `_cells`
     reads them, the fresh ones as bare tuples (what `_cell` would make of them, without the work)."""
-    cells = _cells(conn, settled_too=False, fresh=False)
+    cells = _cells(c, settled_too=False, fresh=False)
     queued = CellState.QUEUED
-    cells += [CellSeen(i, g, x, queued, n) for i, g, x, n in _rows(conn, _FRESH_CELLS)]
+    cells += [CellSeen(i, g, x, queued, n) for i, g, x, n in c.execute(_FRESH_CELLS).fetchall()]
     return cells
-
-
-def _rows(conn: Connection, stmt: ClauseElement) -> list[tuple[Any, ...]]:
-    """Every row of `stmt` as the driver gives it: a row object per cell costs more than the query."""
-    return Prepared(stmt, conn.dialect).rows(conn)
 
 
 def _seen(cells: list[Any], attempts: list[Any], checkpoints: list[Any]) -> list[CellSeen]:
@@ -83,65 +83,6 @@ def _seen(cells: list[Any], attempts: list[Any], checkpoints: list[Any]) -> list
     for a in attempts:
         by_cell[a.cell_id].append(a)
     return [_cell(c, by_cell.get(c.id, []), marks, resume[c.id]) for c in cells]
-
-
-_CELLS = (
-    select(
-        CellRow.id,
-        CellRow.group_number,
-        CellRow.index,
-        CellRow.state,
-        CellRow.attempts,
-        CellRow.step,
-        CellRow.total_steps,
-        # Times only where they tell something (a time costs more to read than any other value):
-        # the progress of a running cell, the back-off of a waiting one.
-        case((CellRow.state == str(CellState.RUNNING), CellRow.progress_at)).label("progress_at"),
-        CellRow.retry_after,
-        case((CellRow.retry_after.is_not(None), CellRow.updated_at)).label("updated_at"),
-    )
-    .where(CellRow.removed.is_(False))
-    .order_by(CellRow.group_number, CellRow.index)
-)
-
-# A fresh cell: queued, never tried (no attempt, no checkpoint kept), no back-off. Its forecast is its
-# group's speed and length from the start: `_cell` would make of it a CellSeen with defaults only.
-_FRESH = and_(
-    CellRow.state == str(CellState.QUEUED),
-    CellRow.retry_after.is_(None),
-    ~exists().where(AttemptRow.cell_id == CellRow.id),
-    ~exists().where(CheckpointRow.cell_id == CellRow.id, CheckpointRow.state != str(CheckpointState.CORRUPT)),
-)
-_FRESH_CELLS = select(CellRow.id, CellRow.group_number, CellRow.index, CellRow.total_steps).where(
-    _FRESH, CellRow.removed.is_(False)
-)
-
-_ATTEMPTS = select(
-    AttemptRow.cell_id,
-    AttemptRow.number,
-    AttemptRow.started_at,
-    AttemptRow.ended_at,
-    AttemptRow.start_step,
-    AttemptRow.end_step,
-    AttemptRow.wall_seconds,
-    AttemptRow.reason,
-).order_by(AttemptRow.cell_id, AttemptRow.number)
-
-# Per attempt, its first and last checkpoint (steps grow with time within an attempt), and the
-# newest committed step (what the cell resumes from).
-_CHECKPOINTS = (
-    select(
-        CheckpointRow.cell_id,
-        CheckpointRow.attempt,
-        func.min(CheckpointRow.step).label("first_step"),
-        func.min(CheckpointRow.created_at).label("first_at"),
-        func.max(CheckpointRow.step).label("last_step"),
-        func.max(CheckpointRow.created_at).label("last_at"),
-        func.max(case((CheckpointRow.state == str(CheckpointState.COMMITTED), CheckpointRow.step))).label("committed"),
-    )
-    .where(CheckpointRow.state != str(CheckpointState.CORRUPT))
-    .group_by(CheckpointRow.cell_id, CheckpointRow.attempt)
-)
 
 
 _STATES = {str(s): s for s in CellState}
@@ -196,28 +137,69 @@ def _micros(seconds: float) -> int:
     return int(seconds * 1e6 + 0.5)
 
 
-def _settled(conn: Connection) -> Settled:
+def _settled(c: Driver) -> Settled:
     """The settled cells still in the sweep, summed (forecast.Settled): three queries at any size."""
     spans = [
         (g, cell, Span(steps, micros, startup, bool(ended)))
-        for g, cell, steps, micros, startup, ended in _rows(conn, text(SETTLED_SPANS))
+        for g, cell, steps, micros, startup, ended in c.execute(SETTLED_SPANS).fetchall()
     ]
-    lengths = {g: (steps or 0, n) for g, steps, n in conn.execute(_SETTLED_LENGTHS)}
-    began, last_end = conn.execute(_SETTLED_TIMES).one()
-    return Settled(spans, lengths, began, last_end)
+    lengths = {g: (steps or 0, n) for g, steps, n in c.execute(_SETTLED_LENGTHS)}
+    began, last_end = c.execute(_SETTLED_TIMES).fetchone()
+    return Settled(spans, lengths, _at(began), _at(last_end))
 
 
-def _settled_cells() -> Any:
-    return (CellRow.state.not_in(_UNSETTLED)) & CellRow.removed.is_(False)
+# Times only where they tell something (a time costs more to read than any other value): the progress
+# of a running cell, the back-off of a waiting one.
+_CELLS = (
+    'SELECT cells.id, cells.group_number, cells."index", cells.state, cells.attempts, cells.step, cells.total_steps, '
+    f"CASE WHEN (cells.state = '{CellState.RUNNING}') THEN cells.progress_at END AS progress_at, cells.retry_after, "
+    "CASE WHEN (cells.retry_after IS NOT NULL) THEN cells.updated_at END AS updated_at "
+    'FROM cells WHERE cells.removed IS 0{where} ORDER BY cells.group_number, cells."index"'
+)
+_CellRow = namedtuple(
+    "_CellRow", "id group_number index state attempts step total_steps progress_at retry_after updated_at"
+)
 
+# A fresh cell: queued, never tried (no attempt, no checkpoint kept), no back-off. Its forecast is its
+# group's speed and length from the start: `_cell` would make of it a CellSeen with defaults only.
+_FRESH = (
+    f"cells.state = '{CellState.QUEUED}' AND cells.retry_after IS NULL "
+    "AND NOT (EXISTS (SELECT * FROM attempts WHERE attempts.cell_id = cells.id)) "
+    "AND NOT (EXISTS (SELECT * FROM checkpoints WHERE checkpoints.cell_id = cells.id "
+    f"AND checkpoints.state != '{CheckpointState.CORRUPT}'))"
+)
+_FRESH_CELLS = (
+    f'SELECT cells.id, cells.group_number, cells."index", cells.total_steps FROM cells '
+    f"WHERE {_FRESH} AND cells.removed IS 0"
+)
+# Only the rows of cells that take a worker (`{t}`: the table joined).
+_OF_UNSETTLED = f" JOIN cells ON cells.id = {{t}}.cell_id AND cells.state IN ({_UNSETTLED})"
 
+_ATTEMPTS = (
+    "SELECT attempts.cell_id, attempts.number, attempts.started_at, attempts.ended_at, attempts.start_step, "
+    "attempts.end_step, attempts.wall_seconds, attempts.reason "
+    "FROM attempts{join} ORDER BY attempts.cell_id, attempts.number"
+)
+_AttemptRow = namedtuple("_AttemptRow", "cell_id number started_at ended_at start_step end_step wall_seconds reason")
+
+# Per attempt, its first and last checkpoint (steps grow with time within an attempt), and the
+# newest committed step (what the cell resumes from).
+_CHECKPOINTS = (
+    "SELECT checkpoints.cell_id, checkpoints.attempt, min(checkpoints.step) AS first_step, "
+    "min(checkpoints.created_at) AS first_at, max(checkpoints.step) AS last_step, "
+    "max(checkpoints.created_at) AS last_at, "
+    f"max(CASE WHEN (checkpoints.state = '{CheckpointState.COMMITTED}') THEN checkpoints.step END) AS committed "
+    f"FROM checkpoints{{join}} WHERE checkpoints.state != '{CheckpointState.CORRUPT}' "
+    "GROUP BY checkpoints.cell_id, checkpoints.attempt"
+)
+_MarkRow = namedtuple("_MarkRow", "cell_id attempt first_step first_at last_step last_at committed")
+
+_SETTLED = f"(cells.state NOT IN ({_UNSETTLED})) AND cells.removed IS 0"
 _SETTLED_LENGTHS = (
-    select(CellRow.group_number, func.sum(CellRow.total_steps), func.count())
-    .where(_settled_cells(), CellRow.total_steps.is_not(None), CellRow.total_steps != 0)
-    .group_by(CellRow.group_number)
+    "SELECT cells.group_number, sum(cells.total_steps), count(*) FROM cells "
+    f"WHERE {_SETTLED} AND cells.total_steps IS NOT NULL AND cells.total_steps != 0 GROUP BY cells.group_number"
 )
 _SETTLED_TIMES = (
-    select(func.min(AttemptRow.started_at), func.max(AttemptRow.ended_at))
-    .join(CellRow, CellRow.id == AttemptRow.cell_id)
-    .where(_settled_cells())
+    "SELECT min(attempts.started_at), max(attempts.ended_at) "
+    f"FROM attempts JOIN cells ON cells.id = attempts.cell_id WHERE {_SETTLED}"
 )

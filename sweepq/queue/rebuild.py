@@ -39,9 +39,9 @@ from sweepq.queue.database import Database
 from sweepq.queue.models import AttemptRow, CellRow, SweepRow
 from sweepq.queue.reaper import sync_checkpoints
 from sweepq.queue.records import Outcome
+from sweepq.queue.root_checks import cell_folders
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
-from sweepq.queue.transactions import cell_folders
 from sweepq.spec.sweep import CellSpec, Sweep
 
 RECOVERED = "recovered from disk by repair"

@@ -1,4 +1,10 @@
-"""Database rows into the frozen records the store hands out (callers never hold a row or a session)."""
+"""Database rows into the frozen records the store hands out (callers never hold a row or a session).
+
+Two kinds of row: an ORM row (`cell_record`, ..., whose columns SQLAlchemy already converted) and a
+tuple as the driver gives it (`cell_records`, `attempt_records`: text times, JSON text, 0/1 flags),
+converted here by each record field's type, so that read commands need no SQLAlchemy
+(queue/status_reads.py). A unit test holds the two equal field by field.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +12,22 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
+from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, TypeVar, get_origin, get_type_hints
+from types import NoneType, UnionType
+from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_origin, get_type_hints
 
-from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.queue.states import CellState
 
+if TYPE_CHECKING:
+    from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
+
 _R = TypeVar("_R", CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
+Convert = Callable[[Any], Any] | None
 
 
-def _converter(hint: Any) -> Callable[[Any], Any] | None:
+def _converter(hint: Any) -> Convert:
     """What a stored value needs to become the field: a NULL JSON column an empty dict or list, an enum rebuilt."""
     origin = get_origin(hint)
     if origin in (dict, list):
@@ -27,10 +38,61 @@ def _converter(hint: Any) -> Callable[[Any], Any] | None:
 
 
 # Resolved once, not per row (status reads every cell): each field's name and converter, in order.
-_FIELDS: dict[type, list[tuple[str, Callable[[Any], Any] | None]]] = {
-    cls: [(f.name, _converter(get_type_hints(cls)[f.name])) for f in fields(cls)]
-    for cls in (CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
+_HINTS = {cls: get_type_hints(cls) for cls in (CellRecord, AttemptRecord, CheckpointRecord, EventRecord)}
+_FIELDS: dict[type, list[tuple[str, Convert]]] = {
+    cls: [(f.name, _converter(hints[f.name])) for f in fields(cls)] for cls, hints in _HINTS.items()
 }
+
+
+def utc(v: Any) -> datetime:
+    """A stored time (naive UTC text, as SQLAlchemy writes it to SQLite) as an aware datetime."""
+    return datetime.fromisoformat(v).replace(tzinfo=UTC) if type(v) is str else v.replace(tzinfo=UTC)
+
+
+def loads(v: Any) -> Any:
+    """A JSON column's text as its value (JSON `null` and SQL NULL: None)."""
+    return None if v is None else json.loads(v)
+
+
+def _raw_converter(hint: Any) -> Convert:
+    """What a driver's value needs to become the field, as SQLAlchemy's column type and `_converter` read it."""
+    if isinstance(hint, UnionType):  # X | None: the value is None (NULL) or an X
+        (hint,) = (h for h in get_args(hint) if h is not NoneType)
+        inner = _raw_converter(hint)
+        return None if inner is None else (lambda v: None if v is None else inner(v))
+    origin = get_origin(hint)
+    if origin in (dict, list):
+        return lambda v: origin() if v is None or (v := json.loads(v)) is None else v
+    if hint is datetime:
+        return utc
+    if hint is bool:
+        return bool
+    return _converter(hint)
+
+
+def _raw_fields(cls: type, renamed: Mapping[str, str]) -> tuple[tuple[str, ...], list[tuple[int, Convert]]]:
+    hints = _HINTS[cls]
+    names = tuple(renamed.get(f.name, f.name) for f in fields(cls))
+    return names, [(i, _raw_converter(hints[f.name])) for i, f in enumerate(fields(cls))]
+
+
+#: The columns of the cells table that make a CellRecord, in the order `cell_records` reads them.
+CELL_NAMES, _CELL_AT = _raw_fields(CellRecord, {"group": "group_number"})
+#: The columns of the attempts table that make an AttemptRecord, in the order `attempt_records` reads them.
+ATTEMPT_NAMES, _ATTEMPT_AT = _raw_fields(AttemptRecord, {"cell": "cell_id"})
+
+
+def cell_records(rows: Iterable[Sequence[Any]]) -> list[CellRecord]:
+    """Driver tuples of CELL_NAMES as records: by position, since a row object's attribute costs more than
+    the rest of a record (`status --all` reads every cell)."""
+    at = _CELL_AT
+    return [CellRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
+
+
+def attempt_records(rows: Iterable[Sequence[Any]]) -> list[AttemptRecord]:
+    """Driver tuples of ATTEMPT_NAMES as records."""
+    at = _ATTEMPT_AT
+    return [AttemptRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
 
 
 def json_safe(obj: Any) -> Any:
@@ -46,21 +108,6 @@ def json_safe(obj: Any) -> Any:
 
 def cell_record(r: CellRow) -> CellRecord:
     return _record(CellRecord, r, {"group": "group_number"})
-
-
-#: The cells table's columns, in the order `cell_records` reads them.
-CELL_COLUMNS = list(CellRow.__table__.c)
-_CELL_AT = [
-    ([c.name for c in CELL_COLUMNS].index({"group": "group_number"}.get(name, name)), convert)
-    for name, convert in _FIELDS[CellRecord]
-]
-
-
-def cell_records(rows: Iterable[Sequence[Any]]) -> list[CellRecord]:
-    """Rows of CELL_COLUMNS, each value converted as its column's type reads it, as records: by position,
-    since a row object's attribute costs more than the rest of a record (`status --all` reads every cell)."""
-    at = _CELL_AT
-    return [CellRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
 
 
 def attempt_record(r: AttemptRow) -> AttemptRecord:

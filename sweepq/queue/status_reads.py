@@ -1,109 +1,277 @@
-"""What `status` reads of a large sweep: only the rows it shows, one query per part of its table.
+"""What `status` reads of a sweep, in SQL text on the driver's connection: no SQLAlchemy.
 
 A sweep may hold 100,000 cells; `status` shows the cells that need attention and a few others
 (cli/read_commands.py says which), so each part is one query that reads only its rows. The full
-listing (`status --json`) reads every cell once as plain tuples from the driver (no record, no row
-object per cell).
+listing (`status --json`) reads every cell once as plain tuples (no record, no row object per cell).
+
+These reads are a mixin with one implementation for both openers of a root: the `Store` runs them on
+the connection of its SQLAlchemy session, read commands on a bare `sqlite3` connection (`Reader`,
+queue/reader.py), since importing SQLAlchemy costs several times what `status` does on a small sweep.
+The SQL speaks SQLite's dialect, as the forecast's spans (span_sql.py) already did: a server database
+behind the URL seam (database.py) would bring its own text for these statements.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections import namedtuple
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
 
-from sqlalchemy import JSON, ColumnElement, Select, and_, or_, select
-
-from sweepq.queue.models import AttemptRow, CellRow, UTCDateTime
-from sweepq.queue.prepared import Prepared
+from sweepq.errors import UsageError
+from sweepq.queue import states
 from sweepq.queue.records import AttemptRecord, CellRecord, iso
-from sweepq.queue.rows import attempt_record, cell_record
+from sweepq.queue.rows import ATTEMPT_NAMES, CELL_NAMES, attempt_records, cell_records, loads, utc
 from sweepq.queue.states import CellState
-from sweepq.queue.transactions import StoreBase
+from sweepq.spec.types import Settings
 
-_ORDER = (CellRow.group_number, CellRow.index)
+#: A running cell is said to make no progress once silent for the longer of this and three of its steps.
+STALL_SECONDS = 120.0
+ENV_STALL_SECONDS = "SWEEPQ_STALL_SECONDS"  # overrides STALL_SECONDS (for the reader: `status`)
 _IN_BATCH = 500  # ids in one IN (...): well under SQLite's limit on bound parameters
 
 
-class StoreStatusReads(StoreBase):
+def stall_floor() -> float:
+    try:
+        return max(0.0, float(os.environ.get(ENV_STALL_SECONDS, STALL_SECONDS)))
+    except ValueError:
+        return STALL_SECONDS
+
+
+class Driver(Protocol):
+    """The driver's connection, as `sqlite3.Connection` is: `execute` gives a cursor of tuples."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Census:
+    """How many cells are in each state, and which come first (cells gone from the sweep file counted apart)."""
+
+    counts: dict[CellState, int]
+    first: dict[CellState, list[str]]  # the first ids of each state, in cell order
+    removed: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def _quoted(names: Collection[str], table: str = "") -> str:
+    return ", ".join(f'{table}"{n}"' for n in names)
+
+
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+def _texts(values: Collection[Any]) -> str:
+    return ", ".join(sorted(f"'{v}'" for v in values))  # our own states and reasons: no quote in them
+
+
+_LIVE = "removed IS 0"  # as SQLAlchemy spells `removed.is_(False)`: the claim index is read the same way
+_ORDER = 'ORDER BY group_number, "index"'
+_CELLS = f"SELECT {_quoted(CELL_NAMES)} FROM cells"
+_ATTEMPTS = f"SELECT {_quoted(ATTEMPT_NAMES, 'a.')} FROM attempts a"
+_NEWEST = "JOIN cells c ON a.cell_id = c.id AND a.number = c.attempts"  # a cell's newest attempt
+_RUNNING = f"'{CellState.RUNNING}'"
+
+
+class StatusReads:
+    """The reads; `_raw()` gives the driver's connection inside one read transaction."""
+
+    root: Path
+
+    def _raw(self) -> AbstractContextManager[Driver]:
+        raise NotImplementedError
+
+    def clock(self) -> datetime:
+        raise NotImplementedError
+
+    # -- the sweep -------------------------------------------------------------------
+
+    def settings(self) -> Settings:
+        with self._raw() as c:
+            row = c.execute("SELECT settings FROM sweep WHERE id = 1").fetchone()
+        if row is None:
+            raise UsageError(f"{self.root} has a database but no sweep in it yet")
+        return Settings.from_json(loads(row[0]))
+
+    def census(self, listed: int = 0) -> Census:
+        """The cells counted by state (those gone from the file apart), and the first `listed` ids of each state."""
+        counts: dict[CellState, int] = {}
+        removed = 0
+        with self._raw() as c:
+            for state, gone, count in c.execute("SELECT state, removed, count(*) FROM cells GROUP BY state, removed"):
+                if gone:
+                    removed += count
+                else:
+                    counts[CellState(state)] = count
+            first: dict[CellState, list[str]] = {}
+            if listed > 0:
+                ids = f"SELECT id FROM cells WHERE {_LIVE} AND state = ? {_ORDER} LIMIT ?"
+                first = {state: [i for (i,) in c.execute(ids, (str(state), listed))] for state in counts}
+        return Census(counts, first, removed)
+
+    def unsettled(self) -> int:
+        """Cells that are neither done, failed nor cancelled (and still in the sweep)."""
+        q = f"SELECT count(*) FROM cells WHERE state NOT IN ({_texts(states.TERMINAL)}) AND {_LIVE}"
+        with self._raw() as c:
+            return int(c.execute(q).fetchone()[0] or 0)
+
+    # -- cells -------------------------------------------------------------------------
+
+    def cells(self, include_removed: bool = True) -> list[CellRecord]:
+        """Every cell in cell order, as records built from the driver's tuples (rows.cell_records): reading
+        a sweep of 100,000 took 5.4 s through the ORM, 2.0 s as converted tuples."""
+        q = f"{_CELLS} {'' if include_removed else f'WHERE {_LIVE} '}{_ORDER}"
+        with self._raw() as c:
+            return cell_records(c.execute(q))
+
     def cells_in(
         self, states: Collection[CellState], limit: int | None = None, backing_off: bool = False
     ) -> list[CellRecord]:
         """The cells in `states` (and with `backing_off`, the queued cells waiting out a retry back-off),
         still in the sweep, in cell order; the first `limit` of them."""
-        wanted: ColumnElement[bool] = CellRow.state.in_([str(s) for s in states])
+        wanted = f"state IN ({_marks(len(states))})"
         if backing_off:
-            wanted = or_(wanted, and_(CellRow.state == str(CellState.QUEUED), CellRow.retry_after.is_not(None)))
-        return self._records(select(CellRow).where(wanted, CellRow.removed.is_(False)).order_by(*_ORDER), limit)
+            wanted = f"({wanted} OR (state = '{CellState.QUEUED}' AND retry_after IS NOT NULL))"
+        return self._records(f"{_CELLS} WHERE {wanted} AND {_LIVE} {_ORDER}", [str(s) for s in states], limit)
 
     def best_done(self, goal: str | None, limit: int) -> list[CellRecord]:
         """The `limit` done cells with the best `best` by `goal` ("max" or "min"); with no goal (no metric
         in the sweep), the most recently finished."""
-        q = select(CellRow).where(CellRow.state == str(CellState.DONE), CellRow.removed.is_(False))
+        q = f"{_CELLS} WHERE state = '{CellState.DONE}' AND {_LIVE}"
         if goal is None:
-            q = q.order_by(CellRow.finished_at.desc(), *_ORDER)
+            q += ' ORDER BY finished_at DESC, group_number, "index"'
         else:
-            key = CellRow.best.desc() if goal == "max" else CellRow.best.asc()
-            q = q.where(CellRow.best.is_not(None)).order_by(key, *_ORDER)
-        return self._records(q, limit)
+            q += f' AND best IS NOT NULL ORDER BY best {"DESC" if goal == "max" else "ASC"}, group_number, "index"'
+        return self._records(q, [], limit)
+
+    def _records(self, q: str, args: list[Any], limit: int | None) -> list[CellRecord]:
+        if limit is not None:
+            q, args = f"{q} LIMIT ?", [*args, limit]
+        with self._raw() as c:
+            return cell_records(c.execute(q, args))
+
+    def cell_listing(self, batch: int = 5000) -> Iterator[Any]:
+        """Every cell (those gone from the sweep file included) in cell order: the columns of its
+        `status --json` object (`LISTED`, by name), a time as its JSON text (`records.iso`) and a JSON
+        column as its JSON text (None: NULL), so that 100,000 cells make no datetime and parse no JSON
+        (rows.cell_line writes one)."""
+        spell = [(i, _SPELL[name]) for i, name in enumerate(LISTED) if name in _SPELL]
+        make = _Listed._make
+        with self._raw() as c:
+            cursor = c.execute(f"SELECT {_quoted(LISTED)} FROM cells {_ORDER}")
+            while rows := cursor.fetchmany(batch):
+                for row in rows:
+                    values = list(row)
+                    for i, f in spell:
+                        if values[i] is not None:  # NULL is None in every spelling
+                            values[i] = f(values[i])
+                    yield make(values)
+
+    # -- attempts --------------------------------------------------------------------
 
     def last_attempts(self, cells: Sequence[str]) -> list[AttemptRecord]:
         """Each of `cells`' newest attempt (the one its `attempts` counter names)."""
         out: list[AttemptRecord] = []
-        with self._read() as s:
+        with self._raw() as c:
             for i in range(0, len(cells), _IN_BATCH):
-                q = (
-                    select(AttemptRow)
-                    .join(CellRow, (AttemptRow.cell_id == CellRow.id) & (AttemptRow.number == CellRow.attempts))
-                    .where(CellRow.id.in_(cells[i : i + _IN_BATCH]))
-                )
-                out += [attempt_record(r) for r in s.scalars(q)]
+                ids = cells[i : i + _IN_BATCH]
+                out += attempt_records(c.execute(f"{_ATTEMPTS} {_NEWEST} WHERE c.id IN ({_marks(len(ids))})", ids))
         return out
 
     def usages(self, cells: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         """Each cell's usage from its newest attempt that has one (of `cells`, else of every cell): the
         cell, the number and the usage of the attempts that sampled something, nothing else."""
         newest: dict[str, tuple[int, dict[str, Any]]] = {}
-        q = select(AttemptRow.cell_id, AttemptRow.number, AttemptRow.usage).where(AttemptRow.usage.is_not(None))
+        q = "SELECT cell_id, number, usage FROM attempts WHERE usage IS NOT NULL"
         batches = [None] if cells is None else [cells[i : i + _IN_BATCH] for i in range(0, len(cells), _IN_BATCH)]
-        with self._read() as s:
-            conn = s.connection()
+        with self._raw() as c:
             for ids in batches:
-                for cell, number, usage in conn.execute(q if ids is None else q.where(AttemptRow.cell_id.in_(ids))):
+                found = c.execute(q) if ids is None else c.execute(f"{q} AND cell_id IN ({_marks(len(ids))})", ids)
+                for cell, number, text in found:
+                    usage = loads(text)
                     if usage and (cell not in newest or number > newest[cell][0]):
                         newest[cell] = (number, usage)
         return {cell: u for cell, (_, u) in newest.items()}
 
     def usage_texts(self) -> dict[str, str]:
         """`usages()` of every cell, each as its JSON text (what `status --json` puts in, unparsed)."""
-        if self.engine.dialect.name != "sqlite":
-            return {cell: _STRICT(u) for cell, u in self.usages().items()}
-        with self._read() as s:
-            newest = s.connection().exec_driver_sql(_NEWEST_USAGES).all()
+        with self._raw() as c:
+            newest = c.execute(_NEWEST_USAGES).fetchall()
         return {cell: text if _as_stored(text) else _STRICT(json.loads(text)) for cell, text, _ in newest}
 
-    def cell_listing(self, batch: int = 5000) -> Iterator[Any]:
-        """Every cell (those gone from the sweep file included) in cell order: the columns of its
-        `status --json` object (`LISTED`, by name), read in batches from the driver's cursor as the ORM
-        reads them, but a time as its JSON text (`records.iso`) and a JSON column as its JSON text (None:
-        NULL), so that 100,000 cells make no datetime and parse no JSON (rows.cell_line writes one)."""
-        every = Prepared(select(*_LISTED).order_by(*_ORDER), self.engine.dialect, returns=_LISTED)
-        every.readers = [_spelt(c, read) for c, read in zip(_LISTED, every.readers, strict=True)]
-        with self._read() as s:
-            yield from map(_Listed._make, every.each(s.connection(), batch))
+    def fault_notes(self) -> dict[str, str]:
+        """What the last attempt said of cells whose last reason is the machine's fault (a full disk)."""
+        q = (
+            f"SELECT c.id, a.note FROM attempts a {_NEWEST} WHERE c.last_reason IN ({_texts(states.MACHINE_FAULTS)}) "
+            "AND a.reason = c.last_reason AND a.note IS NOT NULL"
+        )
+        with self._raw() as c:
+            return dict(c.execute(q))
 
-    def _records(self, q: Select[Any], limit: int | None) -> list[CellRecord]:
-        with self._read() as s:
-            return [cell_record(r) for r in s.scalars(q if limit is None else q.limit(limit))]
+    # -- running cells -------------------------------------------------------------------
 
+    def running(self) -> list[tuple[str, int]]:
+        """(cell, attempt number) of every cell the database believes is running."""
+        with self._raw() as c:
+            return [(cell, n) for cell, n in c.execute(f"SELECT id, attempts FROM cells WHERE state = {_RUNNING}")]
+
+    def etas(self) -> dict[str, float]:
+        """Seconds left for running cells, from their attempt's rate since it started."""
+        out = {}
+        for r in self._current_attempts():
+            if not r.total_steps or r.step is None or r.progress_at is None:
+                continue
+            done, spent = r.step - (r.start_step or 0), (r.progress_at - r.started_at).total_seconds()
+            if done > 0 and spent > 0:
+                out[r.id] = max(0.0, (r.total_steps - r.step) * spent / done)
+        return out
+
+    def stalls(self) -> dict[str, float]:
+        """Running cells silent for too long: seconds since their last progress (or their attempt's start).
+
+        Too long is relative to the cell's own cadence: three of its steps, at the
+        rate of its current attempt, and at least `stall_floor()` (2 minutes unless
+        SWEEPQ_STALL_SECONDS says otherwise). A live training reports within a second
+        of each logged step (run.log, flushed each second), so such silence means a
+        stopped (SIGSTOP), hung or swapping process, or one that logs more rarely than that.
+        """
+        now, floor = self.clock(), stall_floor()
+        out = {}
+        for r in self._current_attempts():
+            since = r.progress_at or r.started_at
+            silent = (now - since).total_seconds()  # negative when the clock went back: not silent
+            steps = (r.step or 0) - (r.start_step or 0)
+            per_step = (since - r.started_at).total_seconds() / steps if steps > 0 else 0.0
+            if silent > max(floor, 3 * per_step):
+                out[r.id] = silent
+        return out
+
+    def _current_attempts(self) -> list[_Current]:
+        q = (
+            "SELECT c.id, c.step, c.total_steps, c.progress_at, a.started_at, a.start_step "
+            f"FROM attempts a {_NEWEST} WHERE c.state = {_RUNNING}"
+        )
+        with self._raw() as c:
+            rows = c.execute(q).fetchall()
+        return [_Current(i, s, t, None if p is None else utc(p), utc(a), k) for i, s, t, p, a, k in rows]
+
+
+_Current = namedtuple("_Current", "id step total_steps progress_at started_at start_step")
 
 #: The columns of a cell's `status --json` object.
 LISTED = (
     *("id", "group_name", "state", "step", "total_steps", "epoch", "total_epochs", "attempts", "last_reason"),
     *("metrics", "best", "best_step", "retry_after", "removed", "updated_at", "finished_at", "cfg"),
 )
-_LISTED = [CellRow.__table__.c[name] for name in LISTED]
 _Listed = namedtuple("_Listed", LISTED)  # type: ignore[misc]
 _STRICT = json.JSONEncoder(allow_nan=False).encode  # as `status --json` refuses a non-finite float
 
@@ -122,24 +290,24 @@ def _as_stored(text: Any) -> bool:
     return type(text) is str and "NaN" not in text and "Infinity" not in text and "\n" not in text
 
 
-def _spelt(column: Any, read: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
-    """How `cell_listing` reads `column`: a time or a JSON column as JSON text, taken as stored when it
-    is in the form this code stores (SQLite's text), else read as the ORM reads it and spelt."""
-    if isinstance(column.type, UTCDateTime):
+def _time(v: Any) -> str | None:
+    """A stored time as its JSON text: spelt from SQLite's text when it is in the form stored here."""
+    if type(v) is str and len(v) == 26 and v[10] == " " and v[19] == ".":  # "2026-01-31 12:00:00.000000"
+        return f"{v[:10]}T{v[11:19]}{'' if v[20:] == '000000' else v[19:]}Z"  # datetime.isoformat's
+    return iso(utc(v))
 
-        def time(v: Any) -> str | None:
-            if type(v) is str and len(v) == 26 and v[10] == " " and v[19] == ".":  # "2026-01-31 12:00:00.000000"
-                return f"{v[:10]}T{v[11:19]}{'' if v[20:] == '000000' else v[19:]}Z"  # datetime.isoformat's
-            return iso(v if read is None else read(v))
 
-        return time
-    if isinstance(column.type, JSON):
+def _json_text(v: Any) -> str | None:
+    """A JSON column's text: as stored when it is this code's (SQLAlchemy's serializer, or the expansion's
+    identical cfg text), else parsed and spelt as `status --json` spells it."""
+    if _as_stored(v):
+        return v
+    value = loads(v)
+    return None if value is None else _STRICT(value)
 
-        def text(v: Any) -> str | None:
-            if _as_stored(v):  # SQLAlchemy's serializer, or the expansion's identical cfg text
-                return v
-            value = v if read is None else read(v)
-            return None if value is None else _STRICT(value)
 
-        return text
-    return read
+_SPELL: dict[str, Callable[[Any], Any]] = {
+    **dict.fromkeys(("retry_after", "updated_at", "finished_at"), _time),
+    **dict.fromkeys(("metrics", "cfg"), _json_text),
+    "removed": bool,
+}

@@ -2,7 +2,9 @@
 
 One class for callers, built from one module per concept:
     transactions.py   opening a root's database, read and write transactions, batch()
-    reads.py          the questions (cells, attempts, checkpoints, what is claimable)
+    status_reads.py   what status reads (cells, counts, the running ones), in SQL text: no SQLAlchemy
+    forecast_reads.py what the forecast reads, likewise (read commands open a root with reader.py)
+    reads.py          the other questions (one cell, attempts, checkpoints, what is claimable)
     definition.py     the sweep row and its cells, written from a reconcile plan
     claims.py         a worker's verbs (claim, progress, finish) and the repairs from disk
     moves.py          the user's verbs (retry, reset, cancel)
@@ -19,15 +21,14 @@ from __future__ import annotations
 
 from sweepq.queue.claims import StoreClaims
 from sweepq.queue.definition import Existing, StoreDefinition
-from sweepq.queue.forecast_reads import StoreForecastReads
+from sweepq.queue.forecast_reads import ForecastReads
 from sweepq.queue.moves import StoreMoves
 from sweepq.queue.reads import StoreReads
 from sweepq.queue.states import CheckpointState
-from sweepq.queue.status_reads import StoreStatusReads
 from sweepq.queue.transactions import Clock, utcnow
 
 __all__ = ["CheckpointState", "Clock", "Existing", "Store", "utcnow"]
 
 
-class Store(StoreReads, StoreForecastReads, StoreStatusReads, StoreDefinition, StoreClaims, StoreMoves):
+class Store(StoreReads, StoreDefinition, StoreClaims, StoreMoves, ForecastReads):
     """A root's queue (open it with Store.open or Store.open_readonly; close it when done)."""

@@ -17,10 +17,13 @@ from sqlalchemy import CursorResult, Result, select
 from sqlalchemy.orm import Session
 
 from sweepq.errors import UsageError
-from sweepq.layout import CELLS_DIR, RootPaths
-from sweepq.queue.database import Database, DatabaseDamaged
+from sweepq.layout import RootPaths
+from sweepq.queue import root_checks
+from sweepq.queue.database import Database
 from sweepq.queue.models import AttemptRow, EventRow, SweepRow
 from sweepq.queue.rows import json_safe
+from sweepq.queue.sqlite_file import damage_reported
+from sweepq.queue.status_reads import Driver
 from sweepq.spec.types import Settings
 
 Clock = Callable[[], datetime]
@@ -53,12 +56,12 @@ class StoreBase:
         """
         database = database or Database.for_root(root)
         if not database.exists():
-            _check_not_lost(root, database)
+            root_checks.check_not_lost(root, database.path)
             if not create:
-                raise _not_a_root(root, database)
+                raise root_checks.not_a_root(root, database.describe())
             root.mkdir(parents=True, exist_ok=True)
         else:
-            _check_holds_queue(root, database)
+            root_checks.check_holds_queue(root, database.path, database.revision)
         database.upgrade()
         return cls(root, database, clock)
 
@@ -67,9 +70,9 @@ class StoreBase:
         """For read commands: never creates, migrates or writes anything (Database's read-only recipe)."""
         database = (database or Database.for_root(root)).read_only()
         if not database.exists():
-            _check_not_lost(root, database)
-            raise _not_a_root(root, database)
-        _check_holds_queue(root, database)
+            root_checks.check_not_lost(root, database.path)
+            raise root_checks.not_a_root(root, database.describe())
+        root_checks.check_holds_queue(root, database.path, database.revision)
         database.check_current()
         return cls(root, database, clock)
 
@@ -104,6 +107,12 @@ class StoreBase:
         with Session(self.engine, expire_on_commit=False) as s, s.begin():
             yield s
 
+    @contextmanager
+    def _raw(self) -> Iterator[Driver]:
+        """The driver's connection in a read transaction, for the reads written in SQL text (status_reads.py)."""
+        with self._read() as s, damage_reported(self.database.path or Path()):
+            yield cast(Driver, s.connection().connection.driver_connection)
+
     # -- shared by the verbs --------------------------------------------------
 
     def add_event(self, cell: str | None, kind: str, detail: dict[str, Any] | None = None) -> None:
@@ -127,34 +136,3 @@ class StoreBase:
 def rowcount(result: Result[Any]) -> int:
     """The rows a guarded UPDATE changed: 1 proves the change won, 0 is a lost race or an illegal move."""
     return cast("CursorResult[Any]", result).rowcount
-
-
-def cell_folders(root: Path) -> list[str]:
-    """The ids of the cell folders on disk (what a root's queue was about, whatever became of it)."""
-    cells = root / CELLS_DIR
-    return sorted(p.name for p in cells.iterdir() if p.is_dir()) if cells.is_dir() else []
-
-
-def _has_cells(root: Path) -> bool:
-    return bool(cell_folders(root))
-
-
-def _check_not_lost(root: Path, database: Database) -> None:
-    """A root with cell folders but no database lost its queue (deleted, or moved by hand)."""
-    path = database.path
-    if path is not None and _has_cells(root):
-        raise DatabaseDamaged(path, f"the file is missing, but {root} has cell folders")
-
-
-def _check_holds_queue(root: Path, database: Database) -> None:
-    """A database with no schema beside cell folders was emptied (truncated to nothing)."""
-    path = database.path
-    if path is not None and database.revision() is None and _has_cells(root):
-        raise DatabaseDamaged(path, f"it holds no queue ({path.stat().st_size} bytes), but {root} has cell folders")
-
-
-def _not_a_root(root: Path, database: Database) -> UsageError:
-    return UsageError(
-        f"{root} is not a sweep root (no database at {database.describe()}). Give the root with "
-        "--root DIR or the sweep file, or launch the sweep first."
-    )

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import event
 
 from sweepq.queue import db
 from sweepq.queue.forecast import (
@@ -22,10 +21,10 @@ from sweepq.queue.forecast import (
     forecast,
     span,
 )
-from sweepq.queue.forecast_reads import _FRESH_CELLS, _rows, _settled
-from sweepq.queue.reads import stall_floor
+from sweepq.queue.forecast_reads import _FRESH_CELLS, _cells, _settled
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import CellState, CheckpointState
+from sweepq.queue.status_reads import stall_floor
 from sweepq.queue.store import Store
 from unit.support import T0, WORKER, FakeClock, Launch, sweep_from
 
@@ -214,12 +213,12 @@ def test_the_store_reads_in_three_queries_whatever_the_number_of_cells(store: St
     for cell in ("1.1", "1.2", "1.3", "2.1"):
         run_attempt(store, clock, cell, startup=5, steps=50, spp=0.5, reason="preempted")
     statements: list[str] = []
-    listen = lambda *args: statements.append(args[2])  # noqa: E731
-    event.listen(store.engine, "before_cursor_execute", listen)
-    try:
-        cells = store.forecast_cells()
-    finally:
-        event.remove(store.engine, "before_cursor_execute", listen)
+    with store._raw() as c:  # SQLite's own trace: every statement the driver runs
+        c.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        try:
+            cells = _cells(c, settled_too=True)
+        finally:
+            c.set_trace_callback(None)  # type: ignore[attr-defined]
     assert len(cells) == 13 and all(len(c.attempts) == 1 for c in cells[:3])
     assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) == 3
 
@@ -320,8 +319,8 @@ def same_both_ways(store: Store, spans: int) -> Forecast:
     """The settled spans as the database hands them (kept or worked out) equal those of the cells read one
     by one, and so does every figure of the forecast, to the last bit."""
     cells = store.forecast_cells()
-    with store._read() as s:
-        summed = _settled(s.connection())
+    with store._raw() as c:
+        summed = _settled(c)
     assert sorted(summed.spans) == sorted(Settled().plus(c for c in cells if c.state not in UNSETTLED).spans)
     assert len(summed.spans) == spans
     for workers in (1, 3):
@@ -374,8 +373,8 @@ def test_fresh_cells_read_in_bulk_give_the_same_forecast_as_cells_read_one_by_on
         CellState.CANCELLED,
     ]
     assert store.cell("2.2").retry_after is not None
-    with store._read() as s:
-        fresh = {row[0] for row in _rows(s.connection(), _FRESH_CELLS)}
+    with store._raw() as c:
+        fresh = {row[0] for row in c.execute(_FRESH_CELLS)}
     assert fresh == {"1.3", "1.4", "2.4", "2.5", "3.3", "3.4"}
     cells = store.forecast_cells()
     for workers in (1, 2, 5):

@@ -14,9 +14,10 @@ from sqlalchemy import select
 from sweepq.cli import json_stream, read_commands, render
 from sweepq.cli.read_commands import Listing, attention, status_json, status_view
 from sweepq.queue.liveness import FileLockLiveness
-from sweepq.queue.models import CellRow
+from sweepq.queue.models import AttemptRow, CellRow
+from sweepq.queue.reader import Reader
 from sweepq.queue.records import Outcome
-from sweepq.queue.rows import cell_record
+from sweepq.queue.rows import attempt_record, cell_record
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
 from unit.support import WORKER, FakeClock, Launch, sweep_from
@@ -180,6 +181,32 @@ def test_cells_read_as_driver_tuples_are_the_records_the_orm_reads(big: Store) -
     assert {c.state for c in cells} >= {CellState.DONE, CellState.RUNNING, CellState.FAILED, CellState.QUEUED}
     assert cells[3].cfg == {} and cells[5].removed and cells[1].updated_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert big.cells(include_removed=False) == [c for c in orm if not c.removed]
+
+
+def test_the_reader_answers_status_as_the_store_does(big: Store) -> None:
+    """`status` reads through a Reader (sqlite3 alone, a connection per read, the read-only recipe): the same
+    table, the same JSON, the same records as the Store's, and its attempts are those the ORM reads."""
+    reader = Reader.open(big.root, clock=big.clock)
+    assert reader.revision() == big.database.revision()
+    assert reader.cells() == big.cells() and len(reader.cells()) == 300
+    assert reader.census(3) == big.census(3) and reader.forecast(2) == big.forecast(2)
+    for all_rows in (False, True):
+        view = status_view(reader, all_rows=all_rows, all_params=False, listing=LISTING)
+        assert render.to_text(view, width=400) == render.to_text(
+            status_view(big, all_rows=all_rows, all_params=False, listing=LISTING), width=400
+        )
+    assert list(status_json(reader)) == list(status_json(big))
+    troubled = [c.id for c in reader.cells_in([CellState.FAILED, CellState.INTERRUPTED], backing_off=True)]
+    assert troubled == TROUBLED
+    with big._read() as s:
+        newest = [
+            attempt_record(a)
+            for a in s.scalars(select(AttemptRow).join(CellRow, CellRow.id == AttemptRow.cell_id))
+            if a.number == s.get(CellRow, a.cell_id).attempts and a.cell_id in troubled  # type: ignore[union-attr]
+        ]
+    last = reader.last_attempts(troubled)
+    assert sorted(last, key=lambda a: a.cell) == sorted(newest, key=lambda a: a.cell) and len(last) == len(TROUBLED)
+    assert {a.reason for a in last} == {"preempted", "error"} and all(a.usage for a in last)
 
 
 @pytest.mark.parametrize(
