@@ -38,7 +38,9 @@ def _converter(hint: Any) -> Convert:
 
 
 # Resolved once, not per row (status reads every cell): each field's name and converter, in order.
-_HINTS = {cls: get_type_hints(cls) for cls in (CellRecord, AttemptRecord, CheckpointRecord, EventRecord)}
+_HINTS: dict[type, dict[str, Any]] = {
+    cls: get_type_hints(cls) for cls in (CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
+}
 _FIELDS: dict[type, list[tuple[str, Convert]]] = {
     cls: [(f.name, _converter(hints[f.name])) for f in fields(cls)] for cls, hints in _HINTS.items()
 }
