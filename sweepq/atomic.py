@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 
 def tmp_name(path: Path) -> Path:
     """A unique temporary sibling of `path` (hidden, so listings skip it)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

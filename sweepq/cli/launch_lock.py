@@ -12,7 +12,6 @@ the lock creates nothing.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,13 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from filelock import lock_descriptor
-
 from sweepq.atomic import atomic_write_json, read_json
 from sweepq.cli import render
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
-from sweepq.queue.lock import names
+from sweepq.queue.lock import held_elsewhere, names, take
 
 
 @dataclass(frozen=True)
@@ -43,6 +40,8 @@ class Holder:
 
     @property
     def here(self) -> bool:
+        import socket  # here: `status` asks only while a launch holds the lock
+
         return self.host == socket.gethostname()
 
 
@@ -109,6 +108,8 @@ def held(root: Path, spec: str, grace_seconds: float, workers: int = 0) -> Itera
     if fd is None:
         raise UsageError(refusal(root, holder(root)))
     try:
+        import socket
+
         import psutil
 
         me = psutil.Process()
@@ -137,7 +138,7 @@ def _take(path: Path) -> int | None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     # Locked, and still the file the path names: a lock file deleted under its holder and made
     # again by this process would be a second, unheld lock.
-    if lock_descriptor(fd, blocking=False) and names(fd, path):
+    if take(fd) and names(fd, path):
         return fd
     os.close(fd)
     return None
@@ -150,6 +151,6 @@ def _is_held(path: Path) -> bool:
     except OSError:
         return False  # no launch ever ran here (or the root cannot be read: then none can be asked)
     try:
-        return not lock_descriptor(fd, blocking=False)
+        return held_elsewhere(fd)
     finally:
         os.close(fd)

@@ -16,10 +16,9 @@ the one that is locked.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
-
-from filelock import lock_descriptor
 
 
 class CellLock:
@@ -33,7 +32,7 @@ class CellLock:
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         # Locked, and still the folder the path names (not one moved away meanwhile).
-        if lock_descriptor(fd, blocking=False) and names(fd, self.path):
+        if take(fd) and names(fd, self.path):
             self.fd = fd
             return True
         os.close(fd)
@@ -63,9 +62,27 @@ def is_held(path: Path) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False  # never locked: no attempt of this cell has started here
     try:
-        return not lock_descriptor(fd, blocking=False)
+        return held_elsewhere(fd)
     finally:
         os.close(fd)
+
+
+def take(fd: int) -> bool:
+    """Lock `fd`'s file without waiting (filelock's `lock_descriptor`, an flock); False when another holds it."""
+    from filelock import lock_descriptor  # here: a read command only asks (`held_elsewhere`)
+
+    return lock_descriptor(fd, blocking=False)
+
+
+def held_elsewhere(fd: int) -> bool:
+    """Does another open file description hold the lock on `fd`'s file? Asked by taking it without waiting,
+    which the caller drops by closing `fd`. The standard library's flock, the primitive `take` uses on
+    Linux: `status` asks this of every running cell, and importing filelock cost it more than the asking."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False
 
 
 def ensure_held(fd: int) -> bool:
@@ -73,7 +90,7 @@ def ensure_held(fd: int) -> bool:
 
     Locking again through the description that holds the lock succeeds at once.
     """
-    return lock_descriptor(fd, blocking=False)
+    return take(fd)
 
 
 def names(fd: int, path: Path) -> bool:

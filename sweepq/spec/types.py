@@ -9,7 +9,6 @@ re-exports every name, and other modules import them from there.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -203,5 +202,7 @@ def cfg_hash(cfg: Mapping[str, Any]) -> str:
     (JSON `1` and `1.0`) or `true` and `1` hash differently, while key order
     does not matter.
     """
+    import hashlib  # here: read commands never hash a cfg, and its OpenSSL costs them more than the rest of this module
+
     text = json.dumps(cfg, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("ascii")).hexdigest()
