@@ -15,7 +15,9 @@ these without SQLAlchemy.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict, namedtuple
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -40,38 +42,47 @@ class ForecastReads(StatusReads):
         """Every cell still in the sweep, settled ones too, with what its attempts showed of their speed
         (what `forecast` sums in SQL, read one by one)."""
         with self._raw() as c:
-            return _cells(c, settled_too=True)
+            return _cells(c)
 
 
-def _cells(c: Driver, settled_too: bool, fresh: bool = True) -> list[CellSeen]:
-    """The cells still in the sweep (only those that take a worker unless `settled_too`; not the fresh
-    ones unless `fresh`), as plain rows, their times read only where they are not NULL."""
-    where = "" if fresh else f" AND NOT ({_FRESH})"
-    if not settled_too:
-        where += f" AND cells.state IN ({_UNSETTLED})"
-    of = (lambda t: "") if settled_too else _OF_UNSETTLED.format
-    cells = [_CellRow(*r[:7], *map(_at, r[7:])) for r in c.execute(_CELLS.format(where=where))]
-    attempts = [
-        _AttemptRow(a, n, utc(s), _at(e), *r) for a, n, s, e, *r in c.execute(_ATTEMPTS.format(join=of(t="attempts")))
-    ]
-    checkpoints = [
-        _MarkRow(i, n, fs, _at(fa), ls, _at(la), k)
-        for i, n, fs, fa, ls, la, k in c.execute(_CHECKPOINTS.format(join=of(t="checkpoints")))
-    ]
-    return _seen(cells, attempts, checkpoints)
+def _cells(c: Driver) -> list[CellSeen]:
+    """Every cell still in the sweep, settled ones too, as plain rows (three queries whatever its size)."""
+    rows = [_cell_row(r) for r in c.execute(_CELLS)]
+    return _seen(rows, _attempts(c, "", ()), _marks(c, "", ()))
+
+
+def _unsettled(c: Driver) -> list[CellSeen]:
+    """The cells that take a worker, in one pass over them that tells the fresh ones (most of a large
+    sweep's queue) as bare tuples (what `_cell` would make of them, without the work); the others read as
+    `_cells` reads them, with the attempts and checkpoints of those cells alone, by id."""
+    past, fresh = [], []
+    queued = CellState.QUEUED
+    for *r, new in c.execute(_UNSETTLED_CELLS):
+        if new:
+            fresh.append(CellSeen(r[0], r[1], r[2], queued, r[6]))
+        else:
+            past.append(_cell_row(r))
+    past.sort(key=lambda r: (r.group_number, r.index))  # in claim order, as `_cells` reads them
+    ids = (json.dumps([r.id for r in past]),)
+    return _seen(past, _attempts(c, _ONLY, ids), _marks(c, _ONLY, ids)) + fresh
+
+
+def _cell_row(r: Sequence[Any]) -> _CellRow:
+    return _CellRow(*r[:7], *map(_at, r[7:]))
+
+
+def _attempts(c: Driver, only: str, args: Sequence[Any]) -> list[_AttemptRow]:
+    q = _ATTEMPTS.format(only=only.format(t="attempts"))
+    return [_AttemptRow(a, n, utc(s), _at(e), *r) for a, n, s, e, *r in c.execute(q, args)]
+
+
+def _marks(c: Driver, only: str, args: Sequence[Any]) -> list[_MarkRow]:
+    q = _CHECKPOINTS.format(only=only.format(t="checkpoints"))
+    return [_MarkRow(i, n, fs, _at(fa), ls, _at(la), k) for i, n, fs, fa, ls, la, k in c.execute(q, args)]
 
 
 def _at(v: Any) -> Any:
     return None if v is None else utc(v)
-
-
-def _unsettled(c: Driver) -> list[CellSeen]:
-    """The cells that take a worker: those with a past (attempts, checkpoints, a back-off) as `_cells`
-    reads them, the fresh ones as bare tuples (what `_cell` would make of them, without the work)."""
-    cells = _cells(c, settled_too=False, fresh=False)
-    queued = CellState.QUEUED
-    cells += [CellSeen(i, g, x, queued, n) for i, g, x, n in c.execute(_FRESH_CELLS).fetchall()]
-    return cells
 
 
 def _seen(cells: list[Any], attempts: list[Any], checkpoints: list[Any]) -> list[CellSeen]:
@@ -150,12 +161,12 @@ def _settled(c: Driver) -> Settled:
 
 # Times only where they tell something (a time costs more to read than any other value): the progress
 # of a running cell, the back-off of a waiting one.
-_CELLS = (
+_COLUMNS = (
     'SELECT cells.id, cells.group_number, cells."index", cells.state, cells.attempts, cells.step, cells.total_steps, '
     f"CASE WHEN (cells.state = '{CellState.RUNNING}') THEN cells.progress_at END AS progress_at, cells.retry_after, "
-    "CASE WHEN (cells.retry_after IS NOT NULL) THEN cells.updated_at END AS updated_at "
-    'FROM cells WHERE cells.removed IS 0{where} ORDER BY cells.group_number, cells."index"'
+    "CASE WHEN (cells.retry_after IS NOT NULL) THEN cells.updated_at END AS updated_at"
 )
+_CELLS = f'{_COLUMNS} FROM cells WHERE cells.removed IS 0 ORDER BY cells.group_number, cells."index"'
 _CellRow = namedtuple(
     "_CellRow", "id group_number index state attempts step total_steps progress_at retry_after updated_at"
 )
@@ -168,17 +179,16 @@ _FRESH = (
     "AND NOT (EXISTS (SELECT * FROM checkpoints WHERE checkpoints.cell_id = cells.id "
     f"AND checkpoints.state != '{CheckpointState.CORRUPT}'))"
 )
-_FRESH_CELLS = (
-    f'SELECT cells.id, cells.group_number, cells."index", cells.total_steps FROM cells '
-    f"WHERE {_FRESH} AND cells.removed IS 0"
+# The cells that take a worker, each with whether it is fresh (a seek of ix_cells_claim per state).
+_UNSETTLED_CELLS = (
+    f"{_COLUMNS}, {_FRESH} AS fresh FROM cells WHERE cells.state IN ({_UNSETTLED}) AND cells.removed IS 0"
 )
-# Only the rows of cells that take a worker (`{t}`: the table joined).
-_OF_UNSETTLED = f" JOIN cells ON cells.id = {{t}}.cell_id AND cells.state IN ({_UNSETTLED})"
+_ONLY = " {t}.cell_id IN (SELECT value FROM json_each(?)) AND"  # the rows of these cells (ids as a JSON list)
 
 _ATTEMPTS = (
     "SELECT attempts.cell_id, attempts.number, attempts.started_at, attempts.ended_at, attempts.start_step, "
     "attempts.end_step, attempts.wall_seconds, attempts.reason "
-    "FROM attempts{join} ORDER BY attempts.cell_id, attempts.number"
+    "FROM attempts WHERE{only} 1 ORDER BY attempts.cell_id, attempts.number"
 )
 _AttemptRow = namedtuple("_AttemptRow", "cell_id number started_at ended_at start_step end_step wall_seconds reason")
 
@@ -189,7 +199,7 @@ _CHECKPOINTS = (
     "min(checkpoints.created_at) AS first_at, max(checkpoints.step) AS last_step, "
     "max(checkpoints.created_at) AS last_at, "
     f"max(CASE WHEN (checkpoints.state = '{CheckpointState.COMMITTED}') THEN checkpoints.step END) AS committed "
-    f"FROM checkpoints{{join}} WHERE checkpoints.state != '{CheckpointState.CORRUPT}' "
+    f"FROM checkpoints WHERE{{only}} checkpoints.state != '{CheckpointState.CORRUPT}' "
     "GROUP BY checkpoints.cell_id, checkpoints.attempt"
 )
 _MarkRow = namedtuple("_MarkRow", "cell_id attempt first_step first_at last_step last_at committed")

@@ -21,7 +21,7 @@ from sweepq.queue.forecast import (
     forecast,
     span,
 )
-from sweepq.queue.forecast_reads import _FRESH_CELLS, _cells, _settled
+from sweepq.queue.forecast_reads import _UNSETTLED_CELLS, _cells, _settled
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import CellState, CheckpointState
 from sweepq.queue.status_reads import stall_floor
@@ -216,7 +216,7 @@ def test_the_store_reads_in_three_queries_whatever_the_number_of_cells(store: St
     with store._raw() as c:  # SQLite's own trace: every statement the driver runs
         c.set_trace_callback(statements.append)  # type: ignore[attr-defined]
         try:
-            cells = _cells(c, settled_too=True)
+            cells = _cells(c)
         finally:
             c.set_trace_callback(None)  # type: ignore[attr-defined]
     assert len(cells) == 13 and all(len(c.attempts) == 1 for c in cells[:3])
@@ -347,7 +347,7 @@ groups:
 def test_fresh_cells_read_in_bulk_give_the_same_forecast_as_cells_read_one_by_one(
     launch: Launch, clock: FakeClock, tmp_path: Path
 ) -> None:
-    """The queued cells never tried come as bare tuples (forecast_reads._FRESH_CELLS); every other cell
+    """The queued cells never tried come as bare tuples (forecast_reads._UNSETTLED_CELLS, `fresh`); every other cell
     one by one. Against every cell read one by one, the forecast is the same to the last bit."""
     store = launch(tmp_path / "root", sweep_from(THREE_GROUPS, tmp_path))
     run_attempt(store, clock, "1.1", startup=7.3, steps=100, spp=0.37, reason="completed")
@@ -374,7 +374,7 @@ def test_fresh_cells_read_in_bulk_give_the_same_forecast_as_cells_read_one_by_on
     ]
     assert store.cell("2.2").retry_after is not None
     with store._raw() as c:
-        fresh = {row[0] for row in c.execute(_FRESH_CELLS)}
+        fresh = {row[0] for row in c.execute(_UNSETTLED_CELLS) if row[-1]}
     assert fresh == {"1.3", "1.4", "2.4", "2.5", "3.3", "3.4"}
     cells = store.forecast_cells()
     for workers in (1, 2, 5):
