@@ -39,6 +39,7 @@ import re
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from sys import intern
 from typing import Any
 
 from sweepq.queue.records import CellRecord
@@ -159,7 +160,7 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         if isinstance(v, Mapping) and v:
             flat.update(flatten(v, f"{prefix}{k}."))
         else:
-            flat[f"{prefix}{k}"] = v
+            flat[intern(f"{prefix}{k}")] = v  # one string per key, however many cells (status --all: 100,000)
     return flat
 
 

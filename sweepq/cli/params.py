@@ -12,7 +12,7 @@ elements, never inside a number.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,15 +98,37 @@ def columns(cfgs: Sequence[Mapping[str, Any]], every: bool, rank: int, same_rank
     named = headers(shown)
     made = []
     for k in shown:
-        values = [full(f[k]) if k in f else "" for f in flat]
-        shorts = [short(f[k]) if k in f else "" for f in flat]
+        values, shorts = _spelt(full, flat, k), _spelt(short, flat, k)
         if len(set(shorts)) < len(set(values)):  # names alike after their last "/": keep both ends instead
-            shorts = [short(f[k], by_name=False) if k in f else "" for f in flat]
+            shorts = _spelt(lambda v: short(v, by_name=False), flat, k)
         justify: Justify = "right" if all(_numeric(f[k]) for f in flat if k in f) else "left"
         at = rank if k in varying else same_rank
         head = short_header(named[k], shorts)
         made.append(Column(k, values, at, justify, head, shorts, family="cfg", called=named[k]))
     return made
+
+
+def _spelt(spell: Callable[[Any], str], flat: Sequence[Mapping[str, Any]], key: str) -> list[str]:
+    """`spell` of each cell's value of `key` ("" where it has none), one string per distinct value: a column
+    of 100,000 cells holds a few values, and a string spelt for each cell took `status --all` 30 MB."""
+    memo: dict[tuple[type, Any], str] = {}
+    out = []
+    for f in flat:
+        if key not in f:
+            out.append("")
+            continue
+        v = f[key]
+        kind = type(v)
+        if kind not in _SCALARS or (kind is float and v == 0.0):  # 0.0 and -0.0 are equal but spelt apart
+            out.append(spell(v))
+        elif (text := memo.get((kind, v))) is not None:
+            out.append(text)
+        else:
+            out.append(memo.setdefault((kind, v), spell(v)))
+    return out
+
+
+_SCALARS = {str, int, float, bool, type(None)}  # hashable, and equal values of one type spelt alike
 
 
 def _numeric(v: Any) -> bool:

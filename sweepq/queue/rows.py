@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from enum import Enum
+from sys import intern
 from types import NoneType, UnionType
 from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_origin, get_type_hints
 
@@ -51,9 +52,18 @@ def utc(v: Any) -> datetime:
     return datetime.fromisoformat(v).replace(tzinfo=UTC) if type(v) is str else v.replace(tzinfo=UTC)
 
 
+def _keys_shared(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {intern(k): v for k, v in pairs}
+
+
+# A JSON object's keys as one string each, however many rows repeat them: the cfgs, metrics and usages of
+# 100,000 cells parsed by `status --all` held 38 MB of copies of a few keys (the parse takes 10% longer).
+_DECODE = json.JSONDecoder(object_pairs_hook=_keys_shared).decode
+
+
 def loads(v: Any) -> Any:
     """A JSON column's text as its value (JSON `null` and SQL NULL: None)."""
-    return None if v is None else json.loads(v)
+    return None if v is None else _DECODE(v)
 
 
 def _raw_converter(hint: Any) -> Convert:
@@ -64,7 +74,7 @@ def _raw_converter(hint: Any) -> Convert:
         return None if inner is None else (lambda v: None if v is None else inner(v))
     origin = get_origin(hint)
     if origin in (dict, list):
-        return lambda v: origin() if v is None or (v := json.loads(v)) is None else v
+        return lambda v: origin() if v is None or (v := _DECODE(v)) is None else v
     if hint is datetime:
         return utc
     if hint is bool:
