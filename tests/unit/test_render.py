@@ -668,6 +668,10 @@ def test_cfg_keys_flattened_named_and_shortened() -> None:
     assert params.short(list(range(100, 120))) == "[100,101,…]"  # cut between numbers, never inside one
     assert params.short(LLAMA) == "Llama-3.2-1B-…" and params.short("/data/set/") == "set"
     assert params.short(LLAMA, by_name=False) == "meta-ll…struct"
+    odd = [0.0, -0.0, 1, True, 1.0, None, "1", [1], float("nan"), float("nan"), 0.25, 0.25]  # equal, or hashed alike
+    (column,) = params.columns([{"x": v} for v in odd] + [{}], every=False, rank=1, same_rank=2)
+    assert list(column.values) == [params.full(v) for v in odd] + [""]  # each value spelt as its own type
+    assert column.values[-3] is column.values[-2]  # a value met again: the string spelt the first time
 
 
 def test_json_of_status_best_and_show_has_each_cells_full_cfg(tmp_path: Path, launch: Launch) -> None:
