@@ -22,7 +22,8 @@ Claimers of one SQLite file first queue for their turn on a file lock
 ms, and with eight claimers a waiter misses turns for hundreds of
 milliseconds, where the kernel wakes the next one at once. The statements are
 compiled once and run on the driver's cursor (prepared.py), on a connection
-the store keeps for its claims. On PostgreSQL the pick would be `SELECT ...
+the store keeps for its claims; on SQLite the transaction is begun and ended
+there too (`_transaction`). On PostgreSQL the pick would be `SELECT ...
 FOR UPDATE SKIP LOCKED LIMIT 1` in the same UPDATE, without the turn.
 """
 
@@ -31,12 +32,14 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, insert, or_, update
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 
 from sweepq.queue import states
 from sweepq.queue.liveness import Ownership
@@ -78,6 +81,41 @@ def _attempt_insert(dialect: Dialect) -> Prepared:
     return Prepared(insert(ATTEMPTS).values(values), dialect)
 
 
+@lru_cache(maxsize=8)
+def _nan_cleared(dialect: Dialect) -> Prepared:
+    return Prepared(update(CELLS).where(CELLS.c.id == bindparam("cell")).values(nan_step=None), dialect)
+
+
+@contextmanager
+def _transaction(conn: Connection) -> Iterator[None]:
+    """The claim's write transaction. On SQLite, `BEGIN IMMEDIATE` and its end run on the driver's
+    connection, as the statements do (prepared.py): SQLAlchemy's begin (an event, an execution context)
+    cost a tenth of a claim. A driver's error is raised as SQLAlchemy's, as `Connection.execute` raises it."""
+    if conn.dialect.name != "sqlite":
+        with conn.begin():
+            yield
+        return
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    error = conn.dialect.loaded_dbapi.Error
+    try:
+        raw.execute("BEGIN IMMEDIATE")
+    except error as e:
+        raise DBAPIError.instance("BEGIN IMMEDIATE", (), e, error) from e
+    try:
+        yield
+    except BaseException:
+        if raw.in_transaction:
+            raw.execute("ROLLBACK")
+        raise
+    try:
+        raw.execute("COMMIT")
+    except error as e:
+        if raw.in_transaction:
+            raw.execute("ROLLBACK")  # a COMMIT that failed (a full disk) leaves the transaction open
+        raise DBAPIError.instance("COMMIT", (), e, error) from e
+
+
 def _take(conn: Connection, claim: Prepared, params: dict[str, Any], worker: WorkerInfo) -> Claim | None:
     """The claim's statements in `conn`'s transaction: the guarded UPDATE, then the attempt's row."""
     row = claim.run(conn, params)
@@ -85,7 +123,7 @@ def _take(conn: Connection, claim: Prepared, params: dict[str, Any], worker: Wor
         return None
     cell, number, cfg, nan_step, last_reason = row
     if nan_step is not None:  # the rollback is this attempt's alone
-        conn.execute(update(CELLS).where(CELLS.c.id == cell).values(nan_step=None))
+        _nan_cleared(conn.dialect).run(conn, {"cell": cell})
     opened: tuple[Any, ...] = (cell, number, worker.worker, worker.host, worker.pid, params["now"], 0, nan_step, [])
     _attempt_insert(conn.dialect).run(conn, {f"a_{k}": v for k, v in zip(_OPENED, opened, strict=True)})
     return Claim(cell, number, cfg, nan_step, last_reason)
@@ -147,7 +185,7 @@ class StoreClaiming(StoreBase):
         while True:
             owner: Ownership | None = None
             try:
-                with conn.begin():
+                with _transaction(conn):
                     claim = _take(conn, _claim_statement(conn.dialect, False, skip), {"now": now}, worker)
                     if claim is None:
                         return None
