@@ -10,9 +10,12 @@ shown, and a footnote names it; a note that does not fit goes under the table.
 The choice is made when rich renders the table, so one table fits any console
 (a terminal, a live view, a file).
 
-A long table (`LINES_FROM` rows or more: `status --all` of a large sweep) is written line by line,
-each row padded as rich's table pads it: rich lays out every cell of a table, which took 29 s and
-180 MB for 10,000 rows, where the same lines cost a small part of that.
+A table without a title or a wrapping column is written line by line (`LINES_FROM` rows or more),
+each row in the segments rich's table makes of it, padding and styles included, so that a file and a
+terminal get the same bytes as from rich's layout (tests/unit/test_render.py holds them equal). Rich
+lays out every cell of a table: that took 29 s and 180 MB for 10,000 rows (`status --all`), and a
+tenth of `status`'s time for the 30 rows it shows of a large sweep, where the same lines cost a small
+part of that.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-LINES_FROM = 500  # rows from which a table is written line by line (see above)
+LINES_FROM = 1  # rows from which a table is written line by line (see above); tests set it either way
+SHARE_FROM = 500  # rows from which a column keeps one string per distinct value
 GAP = 2  # between two columns (box=None, padding (0, 1), no padding at the edges)
 HEADER_MIN = 12  # a short header is cut to this, or to its values' width when wider
 WRAP_MIN = 20  # the narrowest a wrapping column gets before it is dropped (never under its longest word)
@@ -54,7 +58,7 @@ class Column:
     called: str = ""  # what the footnote calls it, when not its full header (a cfg key's unambiguous tail)
 
     def __post_init__(self) -> None:
-        if len(self.values) >= LINES_FROM:  # most values of a long column repeat: one string each is kept
+        if len(self.values) >= SHARE_FROM:  # most values of a long column repeat: one string each is kept
             seen: dict[str, str] = {}
             object.__setattr__(self, "values", _shared(self.values, seen))
             if self.short_values is not None:
@@ -202,18 +206,23 @@ def _lines(
 def _line(
     console: Console, values: Sequence[Cell], widths: Sequence[int], right: Sequence[bool], style: Style | None
 ) -> Iterator[Segment]:
+    """One row, in the segments rich's table makes of it (so that a terminal gets the same bytes): a value and
+    its padding in its own style, the padding between two columns in the row's (the header's bold)."""
+    gap = [Segment(" " * GAP)] if style is None else [Segment(" ", style), Segment(" ", style)]
     for i, (v, width, at_right) in enumerate(zip(values, widths, right, strict=True)):
-        pad = " " * (width - _len(v))
         if i:
-            yield Segment(" " * GAP)
-        if at_right and pad:
-            yield Segment(pad, style)
+            yield from gap
+        pad = " " * (width - _len(v))
         if isinstance(v, Text):  # a row's value (headers are plain)
-            yield from v.render(console, end="")
-        elif v:
-            yield Segment(v, style)
-        if not at_right and pad:
-            yield Segment(pad, style)
+            own = console.get_style(v.style) if v.style else None
+            if v.spans:
+                parts = [*v.render(console, end="")]
+                parts = [Segment(pad, own), *parts] if at_right else [*parts, Segment(pad, own)]
+                yield from Segment.apply_style(parts, own) if own is not None else parts
+            elif v.plain or pad:
+                yield Segment(pad + v.plain if at_right else v.plain + pad, own)
+        elif v or pad:
+            yield Segment(pad + v if at_right else v + pad, style)
     yield Segment.line()
 
 

@@ -619,7 +619,7 @@ def test_a_long_table_is_written_line_by_line_as_rich_lays_it_out(monkeypatch: p
     ]
     wide = [replace(c, group_name="漢字é" * (i % 3)) for i, c in enumerate(FINETUNE)]  # cells two columns wide
 
-    def tables(width: int, streamed: bool = False) -> list[str]:
+    def tables(width: int, streamed: bool = False, colors: bool = False) -> list[str]:
         shown = [
             render.status_table(wide, ACC, notes=FINETUNE_NOTES, now=T0, etas={"1.2": 99.0}),
             render.status_table(STORY, VAL_ACC, dead={"2.4"}, etas={"2.3": 4000.0}),
@@ -630,19 +630,28 @@ def test_a_long_table_is_written_line_by_line_as_rich_lays_it_out(monkeypatch: p
             return [render.to_text(t, width) for t in shown]
         texts = []
         for t in shown:  # as `status` prints: two rows a call
-            console = Console(width=width, color_system=None, force_terminal=False, record=True, file=io.StringIO())
+            console = Console(
+                width=width,
+                color_system="truecolor" if colors else None,
+                force_terminal=colors,
+                record=True,
+                file=io.StringIO(),
+            )
             fit.print_streamed(console, t, rows_at_once=2)
-            texts.append(console.export_text())
+            texts.append(console.file.getvalue() if colors else console.export_text())  # type: ignore[attr-defined]
         return texts
 
+    monkeypatch.setattr(fit, "SHARE_FROM", 1)  # each column keeps one string per value, as long ones do
     for width in (40, 80, 120, 200):
-        laid_out = tables(width)
+        monkeypatch.setattr(fit, "LINES_FROM", 10**9)
+        laid_out, in_color = tables(width), tables(width, streamed=True, colors=True)
+        assert tables(width, streamed=True) == laid_out
         monkeypatch.setattr(fit, "LINES_FROM", 1)
         assert tables(width) == laid_out
         assert tables(width, streamed=True) == laid_out
-        monkeypatch.setattr(fit, "LINES_FROM", 10**9)
-        assert tables(width, streamed=True) == laid_out
+        assert tables(width, streamed=True, colors=True) == in_color  # the same bytes to a terminal: styles too
     assert any("漢字é" in t for t in laid_out) and any("hidden: " in t for t in tables(40))
+    assert "\x1b[32mdone" in in_color[1]  # a state's color, which the lines once left out
 
 
 def test_cfg_keys_flattened_named_and_shortened() -> None:
