@@ -100,7 +100,13 @@ class StatusReads:
             row = c.execute("SELECT settings FROM sweep WHERE id = 1").fetchone()
         if row is None:
             raise UsageError(f"{self.root} has a database but no sweep in it yet")
-        return Settings.from_json(loads(row[0]))
+        try:
+            return Settings.from_json(loads(row[0]))
+        except (TypeError, ValueError, AttributeError) as e:  # a row another program wrote, or one damaged
+            raise UsageError(
+                f"the sweep's settings in the database of {self.root} cannot be read ({e}): launch the sweep "
+                "file again to write them, or rebuild the queue with `sweepq repair`"
+            ) from None
 
     def census(self, listed: int = 0) -> Census:
         """The cells counted by state (those gone from the file apart), and the first `listed` ids of each state."""

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from sweepq.cli import json_stream, read_commands, render
 from sweepq.cli.read_commands import Listing, attention, status_json, status_view
+from sweepq.errors import UsageError
 from sweepq.queue.liveness import FileLockLiveness
 from sweepq.queue.models import AttemptRow, CellRow
 from sweepq.queue.reader import Reader
@@ -233,3 +234,12 @@ def test_a_non_finite_float_is_refused_as_json_dumps_refuses_it() -> None:
     with pytest.raises(ValueError) as streamed:
         json_stream.encode({"x": math.inf}, "  ")
     assert str(streamed.value) == str(dumps.value)
+
+
+def test_settings_another_program_wrote_are_refused_by_name(big: Store) -> None:
+    """A sweep row whose settings do not read as this sweepq's: an error that says what to do, no traceback."""
+    with big.engine.begin() as conn:
+        conn.exec_driver_sql("""UPDATE sweep SET settings = '{"metric": {"name": "x"}}'""")
+    for store in (big, Reader.open(big.root)):
+        with pytest.raises(UsageError, match=r"settings in the database of .* cannot be read .*sweepq repair"):
+            store.settings()
