@@ -107,8 +107,9 @@ class Screen:
     def launch(self, spec: Path, ignore_hup: bool) -> subprocess.Popen[bytes]:
         def become_its_terminal() -> None:  # in the child, after setsid: this pty is its controlling terminal
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-            if ignore_hup:
-                signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` leaves it
+            # As `nohup` leaves it, or as a terminal's shell does: not inherited from whatever runs the tests
+            # (a suite started under `nohup` would otherwise ignore the hangup this test sends).
+            signal.signal(signal.SIGHUP, signal.SIG_IGN if ignore_hup else signal.SIG_DFL)
 
         p = subprocess.Popen(
             [*SWEEPQ, "launch", str(spec), "--workers", "1"],
