@@ -15,7 +15,6 @@ these without SQLAlchemy.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict, namedtuple
 from collections.abc import Sequence
 from datetime import timedelta
@@ -63,8 +62,15 @@ def _unsettled(c: Driver) -> list[CellSeen]:
         else:
             past.append(_cell_row(r))
     past.sort(key=lambda r: (r.group_number, r.index))  # in claim order, as `_cells` reads them
-    ids = (json.dumps([r.id for r in past]),)
-    return _seen(past, _attempts(c, _ONLY, ids), _marks(c, _ONLY, ids)) + fresh
+    attempts: list[_AttemptRow] = []
+    marks: list[_MarkRow] = []
+    ids = [r.id for r in past]
+    for i in range(0, len(ids), _IN_BATCH):  # IN lists, not json_each: SQLite's JSON functions are optional before 3.38
+        some = ids[i : i + _IN_BATCH]
+        only = f" {{t}}.cell_id IN ({', '.join('?' * len(some))}) AND"
+        attempts += _attempts(c, only, some)
+        marks += _marks(c, only, some)
+    return _seen(past, attempts, marks) + fresh
 
 
 def _cell_row(r: Sequence[Any]) -> _CellRow:
@@ -183,7 +189,7 @@ _FRESH = (
 _UNSETTLED_CELLS = (
     f"{_COLUMNS}, {_FRESH} AS fresh FROM cells WHERE cells.state IN ({_UNSETTLED}) AND cells.removed IS 0"
 )
-_ONLY = " {t}.cell_id IN (SELECT value FROM json_each(?)) AND"  # the rows of these cells (ids as a JSON list)
+_IN_BATCH = 500  # ids in one IN (...): well under SQLite's limit on bound parameters
 
 _ATTEMPTS = (
     "SELECT attempts.cell_id, attempts.number, attempts.started_at, attempts.ended_at, attempts.start_step, "
