@@ -24,7 +24,7 @@ from sweepq.queue.forecast import UNSETTLED, AttemptSeen, CellSeen, Forecast, Po
 from sweepq.queue.rows import utc
 from sweepq.queue.span_sql import SETTLED_SPANS
 from sweepq.queue.states import CellState, CheckpointState, Reason
-from sweepq.queue.status_reads import Driver, StatusReads, stall_floor
+from sweepq.queue.status_reads import Driver, StatusReads, in_lists, stall_floor
 
 _UNSETTLED = ", ".join(sorted(f"'{s}'" for s in UNSETTLED))
 
@@ -64,12 +64,10 @@ def _unsettled(c: Driver) -> list[CellSeen]:
     past.sort(key=lambda r: (r.group_number, r.index))  # in claim order, as `_cells` reads them
     attempts: list[_AttemptRow] = []
     marks: list[_MarkRow] = []
-    ids = [r.id for r in past]
-    for i in range(0, len(ids), _IN_BATCH):  # IN lists, not json_each: SQLite's JSON functions are optional before 3.38
-        some = ids[i : i + _IN_BATCH]
-        only = f" {{t}}.cell_id IN ({', '.join('?' * len(some))}) AND"
-        attempts += _attempts(c, only, some)
-        marks += _marks(c, only, some)
+    for held, ids in in_lists([r.id for r in past]):
+        only = f" {{t}}.cell_id IN ({held}) AND"
+        attempts += _attempts(c, only, ids)
+        marks += _marks(c, only, ids)
     return _seen(past, attempts, marks) + fresh
 
 
@@ -189,7 +187,6 @@ _FRESH = (
 _UNSETTLED_CELLS = (
     f"{_COLUMNS}, {_FRESH} AS fresh FROM cells WHERE cells.state IN ({_UNSETTLED}) AND cells.removed IS 0"
 )
-_IN_BATCH = 500  # ids in one IN (...): well under SQLite's limit on bound parameters
 
 _ATTEMPTS = (
     "SELECT attempts.cell_id, attempts.number, attempts.started_at, attempts.ended_at, attempts.start_step, "

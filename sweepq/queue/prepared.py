@@ -13,7 +13,7 @@ error as SQLAlchemy's (`OperationalError` for a full disk), as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import ClauseElement, ColumnElement, Connection
@@ -56,28 +56,6 @@ class Prepared:
         try:
             cursor.execute(self.sql, args)
             return cast(list[tuple[Any, ...]], cursor.fetchall())
-        except conn.dialect.loaded_dbapi.Error as e:
-            raise DBAPIError.instance(self.sql, args, e, conn.dialect.loaded_dbapi.Error) from e
-        finally:
-            cursor.close()
-
-    def each(self, conn: Connection, batch: int, values: Mapping[str, Any] | None = None) -> Iterator[tuple[Any, ...]]:
-        """Run a read in `conn`'s transaction: its rows converted as `returns` says, fetched `batch` at a time
-        (a row object each costs more than the query: a listing of 100,000 cells takes tuples)."""
-        args = self.args(values or {})
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        readers = [(i, f) for i, f in enumerate(self.readers) if f is not None]
-        try:
-            cursor.execute(self.sql, args)
-            while rows := cursor.fetchmany(batch):
-                for row in rows:
-                    if readers:
-                        converted = list(row)
-                        for i, f in readers:
-                            if converted[i] is not None:  # NULL is None for every type read here
-                                converted[i] = f(converted[i])
-                        row = tuple(converted)
-                    yield row
         except conn.dialect.loaded_dbapi.Error as e:
             raise DBAPIError.instance(self.sql, args, e, conn.dialect.loaded_dbapi.Error) from e
         finally:

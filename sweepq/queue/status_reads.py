@@ -33,7 +33,7 @@ from sweepq.spec.types import Settings
 #: A running cell is said to make no progress once silent for the longer of this and three of its steps.
 STALL_SECONDS = 120.0
 ENV_STALL_SECONDS = "SWEEPQ_STALL_SECONDS"  # overrides STALL_SECONDS (for the reader: `status`)
-_IN_BATCH = 500  # ids in one IN (...): well under SQLite's limit on bound parameters
+IN_BATCH = 500  # ids in one IN (...): well under SQLite's limit on bound parameters
 
 
 def stall_floor() -> float:
@@ -70,6 +70,28 @@ def _marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
+def in_lists(ids: Sequence[str]) -> Iterator[tuple[str, Sequence[str]]]:
+    """`ids` in lists of IN_BATCH (a list of IN (...) not json_each: SQLite's JSON functions are optional
+    before 3.38): each list's `?, ?, ...` and its ids."""
+    for i in range(0, len(ids), IN_BATCH):
+        some = ids[i : i + IN_BATCH]
+        yield _marks(len(some)), some
+
+
+def read_settings(c: Driver, root: Path) -> Settings:
+    """The sweep's settings, from its one row (the Store reads them inside its write transactions too)."""
+    row = c.execute("SELECT settings FROM sweep WHERE id = 1").fetchone()
+    if row is None:
+        raise UsageError(f"{root} has a database but no sweep in it yet")
+    try:
+        return Settings.from_json(loads(row[0]))
+    except (TypeError, ValueError, AttributeError) as e:  # a row another program wrote, or one damaged
+        raise UsageError(
+            f"the sweep's settings in the database of {root} cannot be read ({e}): launch the sweep "
+            "file again to write them, or rebuild the queue with `sweepq repair`"
+        ) from None
+
+
 def _texts(values: Collection[Any]) -> str:
     return ", ".join(sorted(f"'{v}'" for v in values))  # our own states and reasons: no quote in them
 
@@ -97,16 +119,7 @@ class StatusReads:
 
     def settings(self) -> Settings:
         with self._raw() as c:
-            row = c.execute("SELECT settings FROM sweep WHERE id = 1").fetchone()
-        if row is None:
-            raise UsageError(f"{self.root} has a database but no sweep in it yet")
-        try:
-            return Settings.from_json(loads(row[0]))
-        except (TypeError, ValueError, AttributeError) as e:  # a row another program wrote, or one damaged
-            raise UsageError(
-                f"the sweep's settings in the database of {self.root} cannot be read ({e}): launch the sweep "
-                "file again to write them, or rebuild the queue with `sweepq repair`"
-            ) from None
+            return read_settings(c, self.root)
 
     def census(self, listed: int = 0) -> Census:
         """The cells counted by state (those gone from the file apart), and the first `listed` ids of each state."""
@@ -188,9 +201,8 @@ class StatusReads:
         """Each of `cells`' newest attempt (the one its `attempts` counter names)."""
         out: list[AttemptRecord] = []
         with self._raw() as c:
-            for i in range(0, len(cells), _IN_BATCH):
-                ids = cells[i : i + _IN_BATCH]
-                out += attempt_records(c.execute(f"{_ATTEMPTS} {_NEWEST} WHERE c.id IN ({_marks(len(ids))})", ids))
+            for marks, ids in in_lists(cells):
+                out += attempt_records(c.execute(f"{_ATTEMPTS} {_NEWEST} WHERE c.id IN ({marks})", ids))
         return out
 
     def usages(self, cells: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -198,10 +210,9 @@ class StatusReads:
         cell, the number and the usage of the attempts that sampled something, nothing else."""
         newest: dict[str, tuple[int, dict[str, Any]]] = {}
         q = "SELECT cell_id, number, usage FROM attempts WHERE usage IS NOT NULL"
-        batches = [None] if cells is None else [cells[i : i + _IN_BATCH] for i in range(0, len(cells), _IN_BATCH)]
         with self._raw() as c:
-            for ids in batches:
-                found = c.execute(q) if ids is None else c.execute(f"{q} AND cell_id IN ({_marks(len(ids))})", ids)
+            for marks, ids in [("", ())] if cells is None else in_lists(cells):
+                found = c.execute(f"{q} AND cell_id IN ({marks})", ids) if marks else c.execute(q)
                 for cell, number, text in found:
                     usage = loads(text)
                     if usage and (cell not in newest or number > newest[cell][0]):

@@ -16,14 +16,13 @@ from typing import Any, Self, cast
 from sqlalchemy import CursorResult, Result, select
 from sqlalchemy.orm import Session
 
-from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
 from sweepq.queue import root_checks
 from sweepq.queue.database import Database
-from sweepq.queue.models import AttemptRow, EventRow, SweepRow
+from sweepq.queue.models import AttemptRow, EventRow
 from sweepq.queue.rows import json_safe
 from sweepq.queue.sqlite_file import damage_reported
-from sweepq.queue.status_reads import Driver
+from sweepq.queue.status_reads import Driver, read_settings
 from sweepq.spec.types import Settings
 
 Clock = Callable[[], datetime]
@@ -123,10 +122,7 @@ class StoreBase:
         s.add(EventRow(cell_id=cell, at=self.clock(), kind=kind, detail=json_safe(detail)))
 
     def _settings(self, s: Session) -> Settings:
-        row = s.get(SweepRow, 1)
-        if row is None:
-            raise UsageError(f"{self.root} has a database but no sweep in it yet")
-        return Settings.from_json(row.settings)
+        return read_settings(cast(Driver, s.connection().connection.driver_connection), self.root)
 
     @staticmethod
     def _attempt_row(s: Session, cell: str, number: int) -> AttemptRow | None:

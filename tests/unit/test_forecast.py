@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 
-from sweepq.queue import db, forecast_reads
+from sweepq.queue import db, status_reads
 from sweepq.queue.forecast import (
     MIN_SPAN_S,
     UNSETTLED,
@@ -383,5 +383,5 @@ def test_fresh_cells_read_in_bulk_give_the_same_forecast_as_cells_read_one_by_on
         assert fc.complete and fc.ends_at is not None
     assert len({fc.steps_per_second(c) for c in ("1.1", "2.1", "3.2")}) == 3  # each group at its own rate
     assert fc.cell_seconds_left("2.4") != fc.cell_seconds_left("1.3")
-    monkeypatch.setattr(forecast_reads, "_IN_BATCH", 2)  # the cells with a past read by id, two a batch
+    monkeypatch.setattr(status_reads, "IN_BATCH", 2)  # the cells with a past read by id, two a batch
     assert store.forecast(5) == fc
