@@ -35,13 +35,21 @@ def interleave(
     """
     names = list(methods)
     out: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds + warmup):
-        order = names if r % 2 == 0 else names[::-1]
-        for n in order:
-            gc.collect()
-            t = methods[n](r)
-            if r >= warmup:  # warm-up: caches, allocators, the page cache, the VM's second vCPU
-                out[n].append(t)
-        if r >= warmup:
-            log(f"{what} round {r - warmup + 1}/{rounds}: " + ", ".join(f"{n}={out[n][-1]:.4f}s" for n in names))
+    # The collection before each method keeps the last one's garbage out of the next one's time. With torch
+    # loaded a full collection walks some 200,000 objects (0.1 s, seconds a benchmark): what lives before the
+    # rounds is set aside for their duration, so each collection walks only what the rounds made.
+    gc.collect()
+    gc.freeze()
+    try:
+        for r in range(rounds + warmup):
+            order = names if r % 2 == 0 else names[::-1]
+            for n in order:
+                gc.collect()
+                t = methods[n](r)
+                if r >= warmup:  # warm-up: caches, allocators, the page cache, the VM's second vCPU
+                    out[n].append(t)
+            if r >= warmup:
+                log(f"{what} round {r - warmup + 1}/{rounds}: " + ", ".join(f"{n}={out[n][-1]:.4f}s" for n in names))
+    finally:
+        gc.unfreeze()
     return out

@@ -981,9 +981,9 @@ def main() -> int:
     # seconds and then at least every AUTO_MIN_INTERVAL. --full keeps the real
     # constants and runs loops of ~32 s (checkpoints near 10, 20 and maybe 30 s,
     # plus the final one at close); the smoke run scales every AUTO_* bound by 0.02 (first
-    # after 0.2 s) and runs ~0.8 s loops, so that checkpoints happen there too.
+    # after 0.2 s) and runs ~0.5 s loops, so that checkpoints happen there too.
     scale = 1.0 if args.full else 0.02
-    e2e_seconds = args.e2e_seconds or (32.0 if args.full else 0.8)
+    e2e_seconds = args.e2e_seconds or (32.0 if args.full else 0.5)
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

@@ -224,7 +224,7 @@ def main() -> int:
     args, ignored = ap.parse_known_args()  # `make bench BENCH_ARGS=...` also passes checkpoint.py's flags
     if ignored:
         log(f"ignoring {' '.join(ignored)} (bench/checkpoint.py's)")
-    rounds = args.rounds or (21 if args.full else 15)
+    rounds = args.rounds or (21 if args.full else 9)
     if rounds < 9:
         ap.error("--rounds must be at least 9")
     if args.threads > 0:
@@ -250,11 +250,11 @@ def main() -> int:
     }
     try:
         figs: dict[str, Any] = out["figures"]
-        figs["per_call"] = fig_per_call(tmp, 200_000 if args.full else 20_000, rounds)
+        figs["per_call"] = fig_per_call(tmp, 200_000 if args.full else 10_000, rounds)
         figs["per_call"]["machine_load_after"] = load()
         per_point_ns = figs["per_call"]["run_log_ns"] + figs["per_call"]["writer_ns_per_point"]
         for name in MLPS:
-            fig = figs[f"slowdown_{name}_mlp"] = fig_slowdown(tmp, name, 300 if args.full else 40)
+            fig = figs[f"slowdown_{name}_mlp"] = fig_slowdown(tmp, name, 300 if args.full else 16)
             fig["cpu_share_per_step"] = round(per_point_ns / (fig["step_ms"] * 1e6), 5)
             fig["machine_load_after"] = load()
         slow = {k: v for k, v in figs.items() if "pass" in v}
