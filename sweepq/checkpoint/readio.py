@@ -13,17 +13,24 @@ is read buffered (Linux lets a descriptor drop O_DIRECT with fcntl).
 Filesystems that refuse O_DIRECT (ramfs, some FUSE mounts) are read buffered
 throughout.
 
-The destination of a kept file is fresh anonymous memory advised for huge
-pages: a fresh 4 KiB page costs a fault and a zeroing, which on a VM added as
-much time as the read itself (measured: 250 ms to touch 160 MB against 80 ms
-with 2 MiB pages); a huge page takes one fault for 512 of them. Nothing here
-imports numpy or torch: the CLI verifies checkpoints too.
+The destination of a kept file is fresh anonymous memory, advised for huge
+pages where they pay: a fresh 4 KiB page costs a fault and a zeroing, and a
+huge page takes one fault for 512 of them. They do not pay on a VM whose kernel
+hands free 2 MiB blocks back to the hypervisor (virtio-balloon's free page
+reporting): there a fresh huge page is one the host must fault in again, 4 KiB
+at a time. Measured on such a VM, faulting 85 MB took 11 ms with huge pages
+just freed by the same process, 200-290 ms with huge pages reported to the host,
+and 45-60 ms with 4 KiB pages; a resume in a fresh process (the usual one: an
+attempt's first act) restored 160 MB in 320-400 ms advised, 104-140 ms not
+(`torch.load`: 115-190 ms). `huge_pages_pay` reads which case this is from
+sysfs. Nothing here imports numpy or torch: the CLI verifies checkpoints too.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import mmap
 import os
@@ -47,16 +54,40 @@ class WrongSize(Exception):
 
 
 HUGE = 2 << 20  # a huge page on x86-64 and arm64 (4 KiB base pages)
+HUGE_ORDER = 9  # HUGE in 4 KiB pages, as a power of two
+BALLOON_DEVICE, REPORTING_BIT = 0x0005, 5  # virtio's device id of the balloon; its feature "free page reporting"
+
+
+@functools.cache
+def huge_pages_pay(sysfs: str = "/sys") -> bool:
+    """Whether fresh memory is cheaper advised for huge pages here: not where a virtio balloon bound to its
+    driver reports free blocks of a huge page or smaller back to the hypervisor (the module docstring)."""
+    base = Path(sysfs)
+    try:
+        order = int((base / "module/page_reporting/parameters/page_reporting_order").read_text())
+    except (OSError, ValueError):
+        return True  # no page reporting in this kernel
+    return order > HUGE_ORDER or not any(_reports_pages(d) for d in (base / "bus/virtio/devices").glob("*"))
+
+
+def _reports_pages(device: Path) -> bool:
+    try:
+        kind = int((device / "device").read_text(), 16)
+        features = (device / "features").read_text().strip()  # one 0/1 a feature bit, bit 0 first
+    except (OSError, ValueError):
+        return False
+    bound = (device / "driver").exists()
+    return bound and kind == BALLOON_DEVICE and features[REPORTING_BIT : REPORTING_BIT + 1] == "1"
 
 
 def fresh(size: int) -> memoryview:
     """`size` bytes of page-aligned, writable, uninitialised memory, private to this process (a fork copies
-    it on write), advised for huge pages where Linux has them."""
+    it on write), advised for huge pages where Linux has them and they pay (`huge_pages_pay`)."""
     large = size >= HUGE
     # A whole number of huge pages: Linux aligns such mappings to a huge page, so that all of it can use them.
     buf = mmap.mmap(-1, -(-size // HUGE) * HUGE if large else max(size, 1), mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if large and advice is not None:
+    if large and advice is not None and huge_pages_pay():
         try:
             buf.madvise(advice)
         except OSError:  # transparent huge pages not built into this kernel: small pages then

@@ -189,3 +189,38 @@ def test_borrowed_lanes_are_distinct_while_held() -> None:
         held: Any = a
     with lanes.borrowed("test") as c:
         assert c is held  # given back, then lent again
+
+
+def _sysfs(root: Path, order: int | None, devices: dict[str, tuple[int, str, bool]]) -> str:
+    """A sysfs tree with page reporting at `order` (None: not in the kernel) and virtio devices
+    name -> (device id, negotiated feature bits, bound to a driver), as Linux lays them out."""
+    if order is not None:
+        params = root / "module/page_reporting/parameters"
+        params.mkdir(parents=True)
+        (params / "page_reporting_order").write_text(f"{order}\n")
+    for name, (kind, features, bound) in devices.items():
+        dev = root / "bus/virtio/devices" / name
+        dev.mkdir(parents=True)
+        (dev / "device").write_text(f"0x{kind:04x}\n")
+        (dev / "features").write_text(features + "0" * (64 - len(features)) + "\n")
+        if bound:
+            (dev / "driver").mkdir()
+    return str(root)
+
+
+@pytest.mark.parametrize(
+    ("order", "devices", "pay"),
+    [
+        (None, {}, True),  # a kernel without page reporting
+        (9, {}, True),  # reporting built in, no balloon to report to
+        (9, {"virtio0": (5, "011001010", True)}, False),  # a balloon that reports free pages
+        (9, {"virtio0": (5, "01100001", True)}, True),  # a balloon without free page reporting
+        (9, {"virtio0": (5, "011001010", False)}, True),  # its driver not bound: nothing is reported
+        (9, {"virtio1": (2, "001001000", True)}, True),  # bit 5 of a block device means something else
+        (10, {"virtio0": (5, "011001010", True)}, True),  # only blocks larger than a huge page are reported
+    ],
+)
+def test_huge_pages_are_advised_unless_free_ones_go_back_to_the_hypervisor(
+    tmp_path: Path, order: int | None, devices: dict[str, tuple[int, str, bool]], pay: bool
+) -> None:
+    assert readio.huge_pages_pay.__wrapped__(_sysfs(tmp_path, order, devices)) is pay
