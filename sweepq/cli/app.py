@@ -104,9 +104,9 @@ def reading(spec: str | None, root: str | None) -> Iterator[Store]:
 
 
 @contextmanager
-def status_reading(spec: str | None, root: str | None) -> Iterator[Reader]:
-    """`reading`'s root through the standard library's sqlite3 alone (queue/reader.py): what `status`
-    reads, without importing SQLAlchemy."""
+def sqlite_reading(spec: str | None, root: str | None) -> Iterator[Reader]:
+    """`reading`'s root through the standard library's sqlite3 alone (queue/reader.py): what `status`,
+    `show` and `attempts` read, without importing SQLAlchemy."""
     from sweepq.cli.roots import resolve_root
     from sweepq.queue.reader import Reader
 

@@ -13,11 +13,12 @@ import click
 from rich.console import Console, Group, RenderableType
 
 from sweepq.cli import failures, fit, header, json_stream, render, render_cell
-from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option, status_reading
+from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option, sqlite_reading
 from sweepq.errors import UsageError
 
 if TYPE_CHECKING:
     from sweepq.queue.forecast_reads import ForecastReads as Queue  # a Store, or status's Reader
+    from sweepq.queue.reader import Reader
     from sweepq.queue.records import CellRecord
     from sweepq.queue.store import Store
 
@@ -79,7 +80,7 @@ def status(
     Columns that do not fit the terminal are left out (a footnote names them); --json has everything:
     a list with an object per cell, indented in a terminal, else one cell a line (for jq, a file).
     """
-    with status_reading(spec, root) as store:
+    with sqlite_reading(spec, root) as store:
         if as_json:
             json_stream.write_texts(status_json(store), sys.stdout, lines=not sys.stdout.isatty())
             return
@@ -246,7 +247,7 @@ def show(cell: str | None, spec: str | None, root: str | None, as_json: bool) ->
     from sweepq.layout import CellPaths
 
     cell, spec = cell_and_place(cell, spec, "show")
-    with reading(spec, root) as store:
+    with sqlite_reading(spec, root) as store:
         rec = store.cell(one_cell(store, cell, "show"))
         attempts = store.attempts(rec.id)
         ckpts = store.checkpoints(rec.id)
@@ -266,8 +267,8 @@ def show(cell: str | None, spec: str | None, root: str | None, as_json: bool) ->
         out().print(render_cell.show_cell(rec, attempts, ckpts, events, store.settings().metric))
 
 
-def one_cell(store: Store, selector: str, command: str) -> str:
-    from sweepq.spec.sweep import select_cells  # the sweep file's module: only for the commands that select
+def one_cell(store: Store | Reader, selector: str, command: str) -> str:
+    from sweepq.spec.select import select_cells
 
     cells = select_cells(store.cells(), [selector])
     if len(cells) != 1:
@@ -291,8 +292,8 @@ def attempts(spec: str | None, root: str | None, cells: tuple[str, ...], reason:
 
     if reason is not None and reason not in {r.value for r in Reason}:
         raise UsageError(f"unknown reason {reason!r}: one of {', '.join(r.value for r in Reason)}")
-    with reading(spec, root) as store:
-        from sweepq.spec.sweep import select_cells
+    with sqlite_reading(spec, root) as store:
+        from sweepq.spec.select import select_cells
 
         wanted = {c.id for c in select_cells(store.cells(), cells)} if cells else None
         rows = [a for a in store.attempts(reason=reason, newest_first=True) if wanted is None or a.cell in wanted]

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sweepq.queue import root_checks
+from sweepq.queue.cell_reads import CellReads
 from sweepq.queue.forecast_reads import ForecastReads
 from sweepq.queue.sqlite_file import connect_readonly, damage_reported, revision
 
@@ -25,7 +26,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Reader(ForecastReads):
+class Reader(ForecastReads, CellReads):
     """Open with `Reader.open(root)`; it holds no connection between reads (closing it is a no-op)."""
 
     def __init__(self, root: Path, path: Path, clock: Callable[[], datetime] = _utcnow) -> None:

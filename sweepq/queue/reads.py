@@ -7,11 +7,10 @@ from typing import Any, cast
 
 from sqlalchemy import BindParameter, ColumnElement, FromClause, Select, Table, bindparam, func, or_, select
 
-from sweepq.errors import UsageError
 from sweepq.queue import states
-from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow, UTCDateTime
-from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
-from sweepq.queue.rows import attempt_record, cell_record, checkpoint_record, event_record
+from sweepq.queue.models import CellRow, UTCDateTime
+from sweepq.queue.records import AttemptRecord
+from sweepq.queue.rows import attempt_record
 from sweepq.queue.transactions import StoreBase
 
 # The claim's statements are Core, built once and run with parameters: building an ORM
@@ -73,42 +72,10 @@ def claim_pick(skip: tuple[str, ...] = ()) -> ColumnElement[Any]:
 class StoreReads(StoreBase):
     """The reads other than status's (queue/status_reads.py): one record, a cell's attempts, what is claimable."""
 
-    def cell(self, cell_id: str) -> CellRecord:
-        with self._read() as s:
-            row = s.get(CellRow, cell_id)
-            if row is None:
-                raise UsageError(f"no cell {cell_id!r} in the sweep at {self.root}")
-            return cell_record(row)
-
-    def attempts(
-        self, cell: str | None = None, reason: str | None = None, newest_first: bool = False
-    ) -> list[AttemptRecord]:
-        with self._read() as s:
-            q = select(AttemptRow)
-            if cell is not None:
-                q = q.where(AttemptRow.cell_id == cell)
-            if reason is not None:
-                q = q.where(AttemptRow.reason == reason)
-            order = (AttemptRow.started_at, AttemptRow.id)
-            q = q.order_by(*(o.desc() for o in order)) if newest_first else q.order_by(*order)
-            return [attempt_record(r) for r in s.scalars(q)]
-
     def attempt(self, cell: str, number: int) -> AttemptRecord | None:
         with self._read() as s:
             row = self._attempt_row(s, cell, number)
             return None if row is None else attempt_record(row)
-
-    def checkpoints(self, cell: str) -> list[CheckpointRecord]:
-        with self._read() as s:
-            q = select(CheckpointRow).where(CheckpointRow.cell_id == cell).order_by(CheckpointRow.step)
-            return [checkpoint_record(r) for r in s.scalars(q)]
-
-    def events(self, cell: str | None = None) -> list[EventRecord]:
-        with self._read() as s:
-            q = select(EventRow).order_by(EventRow.at, EventRow.id)
-            if cell is not None:
-                q = q.where(EventRow.cell_id == cell)
-            return [event_record(r) for r in s.scalars(q)]
 
     def claimable(self, limit: int | None = None) -> list[str]:
         """Cell ids a worker may claim now, in claim order: interrupted first, then queued (the first `limit`).

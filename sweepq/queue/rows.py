@@ -1,7 +1,7 @@
 """Database rows into the frozen records the store hands out (callers never hold a row or a session).
 
 Two kinds of row: an ORM row (`cell_record`, ..., whose columns SQLAlchemy already converted) and a
-tuple as the driver gives it (`cell_records`, `attempt_records`: text times, JSON text, 0/1 flags),
+tuple as the driver gives it (`cell_records`, `attempt_records`, ...: text times, JSON text, 0/1 flags),
 converted here by each record field's type, so that read commands need no SQLAlchemy
 (queue/status_reads.py). A unit test holds the two equal field by field.
 """
@@ -92,6 +92,9 @@ def _raw_fields(cls: type, renamed: Mapping[str, str]) -> tuple[tuple[str, ...],
 CELL_NAMES, _CELL_AT = _raw_fields(CellRecord, {"group": "group_number"})
 #: The columns of the attempts table that make an AttemptRecord, in the order `attempt_records` reads them.
 ATTEMPT_NAMES, _ATTEMPT_AT = _raw_fields(AttemptRecord, {"cell": "cell_id"})
+#: The same for the checkpoints and events tables.
+CHECKPOINT_NAMES, _CHECKPOINT_AT = _raw_fields(CheckpointRecord, {"cell": "cell_id"})
+EVENT_NAMES, _EVENT_AT = _raw_fields(EventRecord, {"cell": "cell_id"})
 
 
 def cell_records(rows: Iterable[Sequence[Any]]) -> list[CellRecord]:
@@ -105,6 +108,18 @@ def attempt_records(rows: Iterable[Sequence[Any]]) -> list[AttemptRecord]:
     """Driver tuples of ATTEMPT_NAMES as records."""
     at = _ATTEMPT_AT
     return [AttemptRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
+
+
+def checkpoint_records(rows: Iterable[Sequence[Any]]) -> list[CheckpointRecord]:
+    """Driver tuples of CHECKPOINT_NAMES as records."""
+    at = _CHECKPOINT_AT
+    return [CheckpointRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
+
+
+def event_records(rows: Iterable[Sequence[Any]]) -> list[EventRecord]:
+    """Driver tuples of EVENT_NAMES as records."""
+    at = _EVENT_AT
+    return [EventRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
 
 
 def json_safe(obj: Any) -> Any:

@@ -62,7 +62,7 @@ class Census:
         return sum(self.counts.values())
 
 
-def _quoted(names: Collection[str], table: str = "") -> str:
+def quoted(names: Collection[str], table: str = "") -> str:
     return ", ".join(f'{table}"{n}"' for n in names)
 
 
@@ -98,8 +98,8 @@ def _texts(values: Collection[Any]) -> str:
 
 _LIVE = "removed IS 0"  # as SQLAlchemy spells `removed.is_(False)`: the claim index is read the same way
 _ORDER = 'ORDER BY group_number, "index"'
-_CELLS = f"SELECT {_quoted(CELL_NAMES)} FROM cells"
-_ATTEMPTS = f"SELECT {_quoted(ATTEMPT_NAMES, 'a.')} FROM attempts a"
+_CELLS = f"SELECT {quoted(CELL_NAMES)} FROM cells"
+_ATTEMPTS = f"SELECT {quoted(ATTEMPT_NAMES, 'a.')} FROM attempts a"
 _NEWEST = "JOIN cells c ON a.cell_id = c.id AND a.number = c.attempts"  # a cell's newest attempt
 _RUNNING = f"'{CellState.RUNNING}'"
 
@@ -186,7 +186,7 @@ class StatusReads:
         spell = [(i, _SPELL[name]) for i, name in enumerate(LISTED) if name in _SPELL]
         make = _Listed._make
         with self._raw() as c:
-            cursor = c.execute(f"SELECT {_quoted(LISTED)} FROM cells {_ORDER}")
+            cursor = c.execute(f"SELECT {quoted(LISTED)} FROM cells {_ORDER}")
             while rows := cursor.fetchmany(batch):
                 for row in rows:
                     values = list(row)

@@ -19,6 +19,7 @@ orphaned training processes closing their own attempt, and user commands write.
 
 from __future__ import annotations
 
+from sweepq.queue.cell_reads import CellReads
 from sweepq.queue.claims import StoreClaims
 from sweepq.queue.definition import Existing, StoreDefinition
 from sweepq.queue.forecast_reads import ForecastReads
@@ -30,5 +31,5 @@ from sweepq.queue.transactions import Clock, utcnow
 __all__ = ["CheckpointState", "Clock", "Existing", "Store", "utcnow"]
 
 
-class Store(StoreReads, StoreDefinition, StoreClaims, StoreMoves, ForecastReads):
+class Store(StoreReads, StoreDefinition, StoreClaims, StoreMoves, ForecastReads, CellReads):
     """A root's queue (open it with Store.open or Store.open_readonly; close it when done)."""

@@ -33,18 +33,16 @@ and what to write instead.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import hashlib
 import os
-import re
-from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal
 
-from sweepq.errors import SpecError, UsageError
+from sweepq.errors import SpecError
 from sweepq.spec.grouped import parse_grouped
 from sweepq.spec.limits import max_bytes
 from sweepq.spec.read import SpecContext, describe
+from sweepq.spec.select import cell_sort_key, select_cells
 from sweepq.spec.types import (
     DEFAULT_BACKOFF_MAX_SECONDS,
     DEFAULT_BACKOFF_SECONDS,
@@ -116,78 +114,6 @@ def parse_sweep(text: str, path: str | os.PathLike[str]) -> Sweep:
     data = document.data
     sweep = parse_wandb(ctx, data) if _detect_form(ctx, data) == "wandb" else parse_grouped(ctx, data)
     return dataclasses.replace(sweep, source_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
-
-
-_CELL_ID = re.compile(r"^([0-9]+)\.([0-9]+)$")
-
-
-def cell_sort_key(cell_id: str) -> tuple[int, int]:
-    """(group, index) of a cell id, for numeric order: "1.10" sorts after "1.9"."""
-    match = _CELL_ID.match(cell_id.strip())
-    if match is None:
-        raise UsageError(f"{cell_id!r} is not a cell id: cell ids are GROUP.INDEX, like 2.3.")
-    return int(match.group(1)), int(match.group(2))
-
-
-class Selectable(Protocol):
-    """What selecting needs of a cell: a planned CellSpec and a stored CellRecord both have it."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def group(self) -> int: ...
-    @property
-    def index(self) -> int: ...
-    @property
-    def group_name(self) -> str: ...
-
-
-C = TypeVar("C", bound=Selectable)
-
-
-def select_cells(cells: Iterable[C], selectors: Iterable[str]) -> list[C]:
-    """The cells that any selector names, in run order, each once.
-
-    A selector is a cell id ("2.3"), a group name ("adamw") or a glob pattern
-    on ids ("2.*", "*.1"). No selectors select every cell. A selector that
-    matches nothing raises UsageError naming it and listing the groups.
-    """
-    ordered = sorted(cells, key=lambda cell: (cell.group, cell.index))
-    selectors = list(selectors)
-    if not selectors:
-        return ordered
-    chosen: set[str] = set()
-    for selector in selectors:
-        matched = _cells_matching(ordered, selector)
-        if not matched:
-            raise UsageError(_no_match_message(ordered, selector))
-        chosen.update(cell.id for cell in matched)
-    return [cell for cell in ordered if cell.id in chosen]
-
-
-def _cells_matching(cells: list[C], selector: str) -> list[C]:
-    selector = selector.strip()
-    if _CELL_ID.match(selector):
-        wanted = cell_sort_key(selector)
-        return [cell for cell in cells if (cell.group, cell.index) == wanted]
-    if any(char in selector for char in "*?["):
-        return [cell for cell in cells if fnmatch.fnmatchcase(cell.id, selector)]
-    return [cell for cell in cells if cell.group_name == selector]
-
-
-def _no_match_message(cells: Sequence[Selectable], selector: str) -> str:
-    spans: dict[tuple[int, str], list[int]] = {}
-    for cell in cells:
-        spans.setdefault((cell.group, cell.group_name), []).append(cell.index)
-    groups = ", ".join(
-        f"{number} {name} ({number}.{min(indexes)}–{number}.{max(indexes)})"
-        for (number, name), indexes in spans.items()
-    )
-    hint = f" For every cell of group {selector}, write {selector}.*." if selector.strip().isdigit() else ""
-    return (
-        f"no cell matches {selector!r}: the sweep's groups are {groups or 'none'}. Select cells by id "
-        f"(2.3), group name or pattern (2.*).{hint}"
-    )
 
 
 # --------------------------------------------------------------- form detection

@@ -15,10 +15,10 @@ from sweepq.cli import json_stream, read_commands, render
 from sweepq.cli.read_commands import Listing, attention, status_json, status_view
 from sweepq.errors import UsageError
 from sweepq.queue.liveness import FileLockLiveness
-from sweepq.queue.models import AttemptRow, CellRow
+from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
 from sweepq.queue.reader import Reader
 from sweepq.queue.records import Outcome
-from sweepq.queue.rows import attempt_record, cell_record
+from sweepq.queue.rows import attempt_record, cell_record, checkpoint_record, event_record
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
 from unit.support import WORKER, FakeClock, Launch, sweep_from
@@ -208,6 +208,42 @@ def test_the_reader_answers_status_as_the_store_does(big: Store) -> None:
     last = reader.last_attempts(troubled)
     assert sorted(last, key=lambda a: a.cell) == sorted(newest, key=lambda a: a.cell) and len(last) == len(TROUBLED)
     assert {a.reason for a in last} == {"preempted", "error"} and all(a.usage for a in last)
+
+
+def test_what_show_and_attempts_read_is_what_the_orm_reads(big: Store) -> None:
+    """One cell, its attempts, checkpoints and history, and every attempt filtered and ordered, read in SQL
+    text (cell_reads.py) through the Store and through a Reader: field for field the ORM's records, odd
+    stored values too (NULL JSON, a corrupt checkpoint beside a committed one of the same step)."""
+    cell = TROUBLED[0]
+    big.record_checkpoint(cell, 4, path="cells/x/4", epoch=0.5, metrics={"score": 0.25}, attempt=1, size_bytes=9)
+    big.record_checkpoint(cell, 2, path="cells/x/2")  # NULL metrics, epoch, size
+    big.set_checkpoint_state(cell, [4], "corrupt", note="sha256 mismatch é")
+    big.record_checkpoint(cell, 4, path="cells/x/4b", attempt=1)
+    big.add_event(cell, "retried", {"by": "user", "n": [1, 2.5]})
+    big.add_event(None, "planned")
+    with big.engine.begin() as conn:
+        late = "2099-01-01 00:00:00.000000"
+        conn.exec_driver_sql("INSERT INTO events (cell_id, at, kind, detail) VALUES (?, ?, 'odd', NULL)", (cell, late))
+    with big._read() as s:
+        orm_cell = cell_record(s.get(CellRow, cell))  # type: ignore[arg-type]
+        orm_attempts = [attempt_record(a) for a in s.scalars(select(AttemptRow).order_by(AttemptRow.started_at))]
+        q = select(CheckpointRow).where(CheckpointRow.cell_id == cell).order_by(CheckpointRow.step)
+        orm_checkpoints = [checkpoint_record(c) for c in s.scalars(q)]
+        orm_events = [event_record(e) for e in s.scalars(select(EventRow).order_by(EventRow.at, EventRow.id))]
+    assert [c.step for c in orm_checkpoints] == [2, 4, 4] and orm_events[-1].detail == {}
+    for store in (big, Reader.open(big.root)):
+        assert store.cell(cell) == orm_cell
+        assert store.checkpoints(cell) == orm_checkpoints and store.checkpoints("9.9") == []
+        assert store.events() == orm_events and store.events(cell) == [e for e in orm_events if e.cell == cell]
+        assert store.attempts() == orm_attempts and len(orm_attempts) > len(DONE + TROUBLED)
+        assert store.attempts(newest_first=True) == orm_attempts[::-1]
+        assert store.attempts(cell) == [a for a in orm_attempts if a.cell == cell]
+        errors = [a for a in orm_attempts if a.reason == "error"]
+        assert store.attempts(reason="error") == errors and len(errors) >= 4
+        assert store.attempts(cell, "error") == []
+        assert store.attempts(TROUBLED[4], "error") == [a for a in errors if a.cell == TROUBLED[4]] != []
+        with pytest.raises(UsageError, match=r"no cell '9\.9' in the sweep at"):
+            store.cell("9.9")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,60 @@
+"""What `show` and `attempts` read of one cell or of every attempt, in SQL text on the driver's connection.
+
+The same mixin as status's reads (status_reads.py), for the same reason: a read command that imports
+SQLAlchemy spends most of its time importing it. The `Store` runs these on its session's connection,
+read commands on a bare `sqlite3` connection (`Reader`): one implementation for both.
+"""
+
+from __future__ import annotations
+
+from sweepq.errors import UsageError
+from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
+from sweepq.queue.rows import (
+    ATTEMPT_NAMES,
+    CELL_NAMES,
+    CHECKPOINT_NAMES,
+    EVENT_NAMES,
+    attempt_records,
+    cell_records,
+    checkpoint_records,
+    event_records,
+)
+from sweepq.queue.status_reads import StatusReads, quoted
+
+_CELL = f"SELECT {quoted(CELL_NAMES)} FROM cells WHERE id = ?"
+_ATTEMPTS = f"SELECT {quoted(ATTEMPT_NAMES)} FROM attempts"
+_CHECKPOINTS = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE cell_id = ? ORDER BY step"
+_EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events"
+
+
+class CellReads(StatusReads):
+    def cell(self, cell_id: str) -> CellRecord:
+        with self._raw() as c:
+            found = cell_records(c.execute(_CELL, (cell_id,)))
+        if not found:
+            raise UsageError(f"no cell {cell_id!r} in the sweep at {self.root}")
+        return found[0]
+
+    def attempts(
+        self, cell: str | None = None, reason: str | None = None, newest_first: bool = False
+    ) -> list[AttemptRecord]:
+        """The attempts (of `cell`, ended with `reason`), in the order they started."""
+        where = [(f, v) for f, v in (("cell_id = ?", cell), ("reason = ?", reason)) if v is not None]
+        order = " DESC" if newest_first else ""
+        q = (
+            f"{_ATTEMPTS}{' WHERE ' if where else ''}{' AND '.join(f for f, _ in where)} "
+            f"ORDER BY started_at{order}, id{order}"
+        )
+        with self._raw() as c:
+            return attempt_records(c.execute(q, [v for _, v in where]))
+
+    def checkpoints(self, cell: str) -> list[CheckpointRecord]:
+        """The cell's checkpoints by step, whatever their state."""
+        with self._raw() as c:
+            return checkpoint_records(c.execute(_CHECKPOINTS, (cell,)))
+
+    def events(self, cell: str | None = None) -> list[EventRecord]:
+        """The history (of `cell`), oldest first."""
+        q = f"{_EVENTS}{' WHERE cell_id = ?' if cell is not None else ''} ORDER BY at, id"
+        with self._raw() as c:
+            return event_records(c.execute(q, () if cell is None else (cell,)))
