@@ -13,7 +13,7 @@ import click
 from rich.console import Console, Group, RenderableType
 
 from sweepq.cli import failures, fit, header, json_stream, render, render_cell
-from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option, sqlite_reading
+from sweepq.cli.app import friendly, json_option, main, out, print_json, root_option, sqlite_reading
 from sweepq.errors import UsageError
 
 if TYPE_CHECKING:
@@ -317,7 +317,7 @@ def best(spec: str | None, root: str | None, as_json: bool, top: int, all_params
     """
     from sweepq.cli.report import best_per_cell
 
-    with reading(spec, root) as store:
+    with sqlite_reading(spec, root) as store:
         metric = store.settings().metric
         rows = best_per_cell(store, metric, top)
         if as_json:

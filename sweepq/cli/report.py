@@ -6,12 +6,14 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweepq.queue.records import AttemptRecord
-from sweepq.queue.states import Reason
-from sweepq.queue.store import CheckpointState, Store
-from sweepq.spec.sweep import Metric
+from sweepq.queue.states import CheckpointState, Reason
+from sweepq.spec.types import Metric
+
+if TYPE_CHECKING:
+    from sweepq.queue.cell_reads import CellReads  # a Store, or a Reader (read commands)
 
 
 def unknown_steps(a: AttemptRecord) -> bool:
@@ -68,16 +70,15 @@ def _row(reason: str) -> dict[str, Any]:
     return {"reason": reason, "wall_hours": 0.0, "gpu_hours": 0.0} | dict.fromkeys(counts, 0)
 
 
-def best_per_cell(store: Store, metric: Metric | None, top: int) -> list[dict[str, Any]]:
+def best_per_cell(store: CellReads, metric: Metric | None, top: int) -> list[dict[str, Any]]:
     """Per cell: the best value of the sweep's metric and the checkpoint that holds it, ranked; its cfg."""
     rows: list[dict[str, Any]] = []
+    kept = store.checkpoints_in(CheckpointState.COMMITTED) if metric is not None else {}
     for c in store.cells(include_removed=False):
         best_ckpt = None
         if metric is not None:
             scored = [
-                (float(k.metrics[metric.name]), k)
-                for k in store.checkpoints(c.id)
-                if k.state == CheckpointState.COMMITTED and _finite(k.metrics.get(metric.name))
+                (float(k.metrics[metric.name]), k) for k in kept.get(c.id, ()) if _finite(k.metrics.get(metric.name))
             ]
             if scored:
                 pick = max if metric.goal == "max" else min

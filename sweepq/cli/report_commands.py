@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sweepq.cli import render
-from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option
+from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option, sqlite_reading
 from sweepq.cli.read_commands import place_argument
 from sweepq.errors import UsageError
 from sweepq.layout import CellPaths
@@ -46,7 +46,7 @@ def report(
     if html_file is not None:
         _html(spec, root, html_file, as_json)
         return
-    with reading(spec, root) as store:
+    with sqlite_reading(spec, root) as store:
         rows = by_reason(store.attempts())
         if as_json and not grid_only:  # the hours per reason alone: what --json has always printed
             print_json(rows)

@@ -1,4 +1,4 @@
-"""What `show` and `attempts` read of one cell or of every attempt, in SQL text on the driver's connection.
+"""What `show`, `attempts`, `best` and `report` read beyond status's reads, in SQL text on the driver's connection.
 
 The same mixin as status's reads (status_reads.py), for the same reason: a read command that imports
 SQLAlchemy spends most of its time importing it. The `Store` runs these on its session's connection,
@@ -24,6 +24,7 @@ from sweepq.queue.status_reads import StatusReads, quoted
 _CELL = f"SELECT {quoted(CELL_NAMES)} FROM cells WHERE id = ?"
 _ATTEMPTS = f"SELECT {quoted(ATTEMPT_NAMES)} FROM attempts"
 _CHECKPOINTS = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE cell_id = ? ORDER BY step"
+_IN_STATE = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE state = ? ORDER BY cell_id, step, id"
 _EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events"
 
 
@@ -52,6 +53,14 @@ class CellReads(StatusReads):
         """The cell's checkpoints by step, whatever their state."""
         with self._raw() as c:
             return checkpoint_records(c.execute(_CHECKPOINTS, (cell,)))
+
+    def checkpoints_in(self, state: str) -> dict[str, list[CheckpointRecord]]:
+        """Every cell's checkpoints in `state`, by step: one query, not one a cell (`best` reads them all)."""
+        out: dict[str, list[CheckpointRecord]] = {}
+        with self._raw() as c:
+            for k in checkpoint_records(c.execute(_IN_STATE, (state,))):
+                out.setdefault(k.cell, []).append(k)
+        return out
 
     def events(self, cell: str | None = None) -> list[EventRecord]:
         """The history (of `cell`), oldest first."""
