@@ -106,7 +106,7 @@ def reading(spec: str | None, root: str | None) -> Iterator[Store]:
 @contextmanager
 def sqlite_reading(spec: str | None, root: str | None) -> Iterator[Reader]:
     """`reading`'s root through the standard library's sqlite3 alone (queue/reader.py): what `status`,
-    `show`, `attempts`, `best` and `report` read, without importing SQLAlchemy."""
+    `show`, `attempts`, `logs`, `best` and `report` read, without importing SQLAlchemy."""
     from sweepq.cli.roots import resolve_root
     from sweepq.queue.reader import Reader
 

@@ -13,19 +13,21 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
 from sweepq.cli import render
-from sweepq.cli.app import friendly, main, reading, root_option
+from sweepq.cli.app import friendly, main, root_option, sqlite_reading
 from sweepq.cli.read_commands import cell_and_place, one_cell, place_argument
 from sweepq.errors import UsageError
 from sweepq.execution.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord
 from sweepq.queue.states import CellState
-from sweepq.queue.store import Store
+
+if TYPE_CHECKING:
+    from sweepq.queue.cell_reads import CellReads  # a Store, or a Reader
 
 POLL_SECONDS = 0.5
 _CHUNK = 1 << 16
@@ -50,7 +52,7 @@ def logs(
     latest attempt unless --attempt N; the files are cells/<cell>/attempts/<n>/.
     """
     cell, spec = cell_and_place(cell, spec, "logs")
-    with reading(spec, root) as store:
+    with sqlite_reading(spec, root) as store:
         rec = store.cell(one_cell(store, cell, "logs"))
         attempt = _attempt(store, rec.id, number or rec.attempts, rec.state)
         paths = CellPaths(store.root, rec.id)
@@ -76,7 +78,7 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _attempt(store: Store, cell: str, number: int, state: CellState) -> AttemptRecord:
+def _attempt(store: CellReads, cell: str, number: int, state: CellState) -> AttemptRecord:
     if number == 0:
         raise UsageError(f"cell {cell} is {state} and has not run yet, so it has no logs: ask again once it runs")
     attempt = store.attempt(cell, number)
@@ -149,7 +151,7 @@ def _receipt_tail(attempt: AttemptRecord, stderr: _Log, out: BinaryIO) -> None:
     out.flush()
 
 
-def _follow(store: Store, attempt: AttemptRecord, logs: list[_Log], out: BinaryIO, headers: bool) -> None:
+def _follow(store: CellReads, attempt: AttemptRecord, logs: list[_Log], out: BinaryIO, headers: bool) -> None:
     """Print the logs as they grow until the attempt ends (or Ctrl-C), a header whenever the file changes.
 
     The end is read before the files, so the last read after it sees all the attempt wrote.
@@ -174,7 +176,7 @@ def _follow(store: Store, attempt: AttemptRecord, logs: list[_Log], out: BinaryI
         pass  # how a follow ends early: not an error
 
 
-def _ended(store: Store, attempt: AttemptRecord) -> str | None:
+def _ended(store: CellReads, attempt: AttemptRecord) -> str | None:
     """None while the attempt runs; "" once it ended, or what to tell when it will never end by itself."""
     from sweepq.queue import liveness
 

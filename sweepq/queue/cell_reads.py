@@ -1,4 +1,4 @@
-"""What `show`, `attempts`, `best` and `report` read beyond status's reads, in SQL text on the driver's connection.
+"""What `show`, `attempts`, `logs`, `best` and `report` read beyond status's reads, in SQL text.
 
 The same mixin as status's reads (status_reads.py), for the same reason: a read command that imports
 SQLAlchemy spends most of its time importing it. The `Store` runs these on its session's connection,
@@ -23,6 +23,7 @@ from sweepq.queue.status_reads import StatusReads, quoted
 
 _CELL = f"SELECT {quoted(CELL_NAMES)} FROM cells WHERE id = ?"
 _ATTEMPTS = f"SELECT {quoted(ATTEMPT_NAMES)} FROM attempts"
+_ONE_ATTEMPT = f"{_ATTEMPTS} WHERE cell_id = ? AND number = ?"
 _CHECKPOINTS = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE cell_id = ? ORDER BY step"
 _IN_STATE = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE state = ? ORDER BY cell_id, step, id"
 _EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events"
@@ -48,6 +49,11 @@ class CellReads(StatusReads):
         )
         with self._raw() as c:
             return attempt_records(c.execute(q, [v for _, v in where]))
+
+    def attempt(self, cell: str, number: int) -> AttemptRecord | None:
+        with self._raw() as c:
+            found = attempt_records(c.execute(_ONE_ATTEMPT, (cell, number)))
+        return found[0] if found else None
 
     def checkpoints(self, cell: str) -> list[CheckpointRecord]:
         """The cell's checkpoints by step, whatever their state."""

@@ -9,8 +9,6 @@ from sqlalchemy import BindParameter, ColumnElement, FromClause, Select, Table, 
 
 from sweepq.queue import states
 from sweepq.queue.models import CellRow, UTCDateTime
-from sweepq.queue.records import AttemptRecord
-from sweepq.queue.rows import attempt_record
 from sweepq.queue.transactions import StoreBase
 
 # The claim's statements are Core, built once and run with parameters: building an ORM
@@ -71,11 +69,6 @@ def claim_pick(skip: tuple[str, ...] = ()) -> ColumnElement[Any]:
 
 class StoreReads(StoreBase):
     """The reads other than status's (queue/status_reads.py): one record, a cell's attempts, what is claimable."""
-
-    def attempt(self, cell: str, number: int) -> AttemptRecord | None:
-        with self._read() as s:
-            row = self._attempt_row(s, cell, number)
-            return None if row is None else attempt_record(row)
 
     def claimable(self, limit: int | None = None) -> list[str]:
         """Cell ids a worker may claim now, in claim order: interrupted first, then queued (the first `limit`).

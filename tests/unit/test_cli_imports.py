@@ -121,6 +121,7 @@ def test_read_commands_load_nothing_heavy(root: Path, tmp_path: Path) -> None:
         ["report", "--root", r],
         ["report", "--json", "--root", r],
         ["logs", "1.1", "--root", r],
+        ["export", "csv", str(tmp_path / "csv"), "--root", r],
     ]
     report = probe(*lines, cwd=tmp_path)
     for line in report:
@@ -130,12 +131,12 @@ def test_read_commands_load_nothing_heavy(root: Path, tmp_path: Path) -> None:
     assert "1.1" in status["output"] and "done" in status["output"] and "failed" in status["output"]
     help_only = report[0]["modules"]
     assert loaded(help_only, ("sqlalchemy",)) == [], "`status --help` opens no database"
-    # status, show, attempts, best and report read through sqlite3 alone (queue/reader.py): the lines before `logs`
+    # status, show, attempts, best, report and logs read through sqlite3 alone (queue/reader.py)
     for line in report[1:-1]:
         assert loaded(line["modules"], ("sqlalchemy", "yaml")) == [], f"after sweepq {' '.join(line['args'])}"
     assert "1.1" in report[3]["output"] and "step-10" in report[3]["output"]
     assert "1.1" in report[6]["output"] and "step-10" in report[6]["output"]  # best: the checkpoint that holds it
-    assert "sqlalchemy" in report[-1]["modules"]  # the probe can see it: `logs` still reads through the Store
+    assert "sqlalchemy" in report[-1]["modules"]  # the probe can see it: `export` still reads through the Store
 
 
 def test_a_launch_on_a_current_root_loads_no_migration_environment(root: Path, tmp_path: Path) -> None:

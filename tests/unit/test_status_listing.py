@@ -238,6 +238,8 @@ def test_what_show_and_attempts_read_is_what_the_orm_reads(big: Store) -> None:
         assert store.attempts() == orm_attempts and len(orm_attempts) > len(DONE + TROUBLED)
         assert store.attempts(newest_first=True) == orm_attempts[::-1]
         assert store.attempts(cell) == [a for a in orm_attempts if a.cell == cell]
+        assert store.attempt(cell, 1) == next(a for a in orm_attempts if a.cell == cell and a.number == 1)
+        assert store.attempt(cell, 99) is None and store.attempt("9.9", 1) is None
         errors = [a for a in orm_attempts if a.reason == "error"]
         assert store.attempts(reason="error") == errors and len(errors) >= 4
         assert store.attempts(cell, "error") == []
