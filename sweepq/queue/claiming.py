@@ -116,17 +116,42 @@ def _transaction(conn: Connection) -> Iterator[None]:
         raise DBAPIError.instance("COMMIT", (), e, error) from e
 
 
-def _take(conn: Connection, claim: Prepared, params: dict[str, Any], worker: WorkerInfo) -> Claim | None:
-    """The claim's statements in `conn`'s transaction: the guarded UPDATE, then the attempt's row."""
-    row = claim.run(conn, params)
-    if row is None:
-        return None
-    cell, number, cfg, nan_step, last_reason = row
-    if nan_step is not None:  # the rollback is this attempt's alone
-        _nan_cleared(conn.dialect).run(conn, {"cell": cell})
-    opened: tuple[Any, ...] = (cell, number, worker.worker, worker.host, worker.pid, params["now"], 0, nan_step, [])
-    _attempt_insert(conn.dialect).run(conn, {f"a_{k}": v for k, v in zip(_OPENED, opened, strict=True)})
-    return Claim(cell, number, cfg, nan_step, last_reason)
+class _Made:
+    """A claim's statements with their parameters, made before its turn: inside the turn only the
+    database works. A turn passes from process to process, and each runs its part on caches the
+    others have filled (measured with 8 claimers on 2 cores: the holder's CPU time 1.6x one claimer's),
+    so what can be done before or after the turn is done there."""
+
+    def __init__(
+        self, conn: Connection, named: bool, values: dict[str, Any], worker: WorkerInfo, skip: tuple[str, ...] = ()
+    ) -> None:
+        self.values, self.worker, self.skip = values, worker, skip
+        self.claim = _claim_statement(conn.dialect, named, skip)
+        self.claim_args = self.claim.args(values)
+        self.insert = _attempt_insert(conn.dialect)
+        opened: tuple[Any, ...] = (None, None, worker.worker, worker.host, worker.pid, values["now"], 0, None, [])
+        self.insert_args = self.insert.args({f"a_{k}": v for k, v in zip(_OPENED, opened, strict=True)})
+
+    def passing_over(self, conn: Connection, cell: str) -> _Made:
+        """The same claim made again, `cell` passed over."""
+        return _Made(conn, False, self.values, self.worker, (*self.skip, cell))
+
+    def take(self, conn: Connection) -> tuple[Any, ...] | None:
+        """The claim's statements in `conn`'s transaction: the guarded UPDATE, then the attempt's row. The
+        UPDATE's row as the driver gives it (None: nothing to claim); `claim_of` converts it."""
+        row = self.claim.execute(conn, self.claim_args)
+        if row is None:
+            return None
+        cell, number, _, nan_step, _ = row  # a text and integers: the driver's values are the columns'
+        if nan_step is not None:  # the rollback is this attempt's alone
+            _nan_cleared(conn.dialect).run(conn, {"cell": cell})
+        for key, value in (("a_cell_id", cell), ("a_number", number), ("a_nan_step", nan_step)):
+            self.insert.put(self.insert_args, key, value)
+        self.insert.execute(conn, self.insert_args)
+        return row
+
+    def claim_of(self, row: tuple[Any, ...]) -> Claim:
+        return Claim(*self.claim.convert(row))
 
 
 class _Held(Exception):
@@ -169,37 +194,44 @@ class StoreClaiming(StoreBase):
         # One claim at a time per store: threads that share a store share its claim connection.
         with self.__dict__.setdefault("_claim_mutex", threading.Lock()):
             conn, turn = self._claimer()
+            made = _Made(conn, False, {"now": self.clock()}, worker)
             fd = _wait_turn(turn)
             try:
-                return self._claim_first(conn, worker, take)
+                won = self._claim_first(conn, made, take)
             finally:
                 if fd is not None:
                     os.close(fd)
+        if won is None:
+            return None
+        made, row, owner = won
+        try:
+            return made.claim_of(row), owner
+        except BaseException:
+            owner.release()  # committed and unowned: the reaper ends the attempt
+            raise
 
     def _claim_first(
-        self, conn: Connection, worker: WorkerInfo, take: Callable[[str], Ownership | None]
-    ) -> tuple[Claim, Ownership] | None:
-        """The first cell in claim order whose ownership `take` gets, claimed and owned."""
-        now = self.clock()
-        skip: tuple[str, ...] = ()
+        self, conn: Connection, made: _Made, take: Callable[[str], Ownership | None]
+    ) -> tuple[_Made, tuple[Any, ...], Ownership] | None:
+        """The first cell in claim order whose ownership `take` gets, claimed and owned (its row unconverted)."""
         while True:
             owner: Ownership | None = None
             try:
                 with _transaction(conn):
-                    claim = _take(conn, _claim_statement(conn.dialect, False, skip), {"now": now}, worker)
-                    if claim is None:
+                    row = made.take(conn)
+                    if row is None:
                         return None
-                    owner = take(claim.cell)
+                    owner = take(row[0])
                     if owner is None:
-                        raise _Held(claim.cell)
+                        raise _Held(row[0])
             except _Held as held:
-                skip = (*skip, held.cell)  # the claim was rolled back: pass the cell over this time
+                made = made.passing_over(conn, held.cell)  # the claim was rolled back: pass the cell over this time
                 continue
             except BaseException:
                 if owner is not None:  # the commit failed: the cell stays as it was, unowned
                     owner.release()
                 raise
-            return claim, owner
+            return made, row, owner
 
     def claim(self, cell_id: str, worker: WorkerInfo) -> Claim | None:
         """Move the named cell to running and open its next attempt; None if it is not claimable now.
@@ -210,7 +242,9 @@ class StoreClaiming(StoreBase):
         """
         with self._write() as s:
             conn = s.connection()
-            return _take(conn, _claim_statement(conn.dialect, True), {"now": self.clock(), "cell": cell_id}, worker)
+            made = _Made(conn, True, {"now": self.clock(), "cell": cell_id}, worker)
+            row = made.take(conn)
+            return None if row is None else made.claim_of(row)
 
     def _claimer(self) -> tuple[Connection, str | None]:
         """What claims keep between them: a connection (a checkout from the pool costs more), the turn's file."""

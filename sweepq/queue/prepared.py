@@ -61,17 +61,29 @@ class Prepared:
         finally:
             cursor.close()
 
+    def put(self, args: Any, key: str, value: Any) -> None:
+        """Set one parameter of `args` (made by `args`) to `value`, converted as `args` converts it."""
+        convert = self.binders[key]
+        at = key if self.order is None else self.order.index(key)
+        args[at] = value if convert is None else convert(value)
+
     def run(self, conn: Connection, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """Run in `conn`'s transaction: the first row it returns, converted (None when none or no RETURNING)."""
-        args = self.args(values)
+        row = self.execute(conn, self.args(values))
+        return None if row is None else self.convert(row)
+
+    def execute(self, conn: Connection, args: Any) -> tuple[Any, ...] | None:
+        """Run with the driver's parameters `args` (see `args`): the first row it returns as the driver gives
+        it (None when none or no RETURNING). The claim makes its parameters before its turn (claiming.py)."""
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
             cursor.execute(self.sql, args)
-            row = cursor.fetchone() if self.readers else None
+            return cast(tuple[Any, ...] | None, cursor.fetchone() if self.readers else None)
         except conn.dialect.loaded_dbapi.Error as e:  # looked up only when something was raised
             raise DBAPIError.instance(self.sql, args, e, conn.dialect.loaded_dbapi.Error) from e
         finally:
             cursor.close()
-        if row is None:
-            return None
+
+    def convert(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        """A returned row with each column converted as SQLAlchemy would."""
         return tuple(v if f is None else f(v) for f, v in zip(self.readers, row, strict=True))
