@@ -5,18 +5,22 @@
 to stderr). Nothing here asserts a time: each figure carries its target and a
 pass flag, with the machine's load beside it (other processes share these cores).
 
-Two ways of claiming, each from 1 and from 8 processes at once, on two copies of
+Three ways of claiming, each from 1 and from 8 processes at once, on three copies of
 one root (the same cells, schema, indexes and SQLite recipe: WAL, synchronous=FULL):
 - `raw`, the reference: Python's sqlite3 on one connection a process, a loop of
   `BEGIN IMMEDIATE`, one `UPDATE cells SET state='running', attempts=attempts+1
   WHERE id = (SELECT id ... state='queued' ORDER BY group_number, index LIMIT 1)
   RETURNING id, attempts`, `COMMIT`: what the database itself can do.
+- `raw_turns`: the same loop, each claim first taking its turn on a file lock as sweepq's claimers do
+  (open, `flock`, and close after the commit): what the database can do when claimers take turns,
+  so that `ratio_vs_raw_turns` tells the cost of fairness (the raw loop lets one process keep the
+  lock) from the cost of sweepq's own work;
 - `sweepq`: what a worker does to get its next cell, `Store.claim_next` with the
   root's `Liveness.take` (its turn on the claim lock, the claim, the cell
   folder's lock taken before the commit, the attempt row), then the ownership
   released (there is no training).
 
-A round runs each of the four for a fixed time (`--seconds`); the processes are
+A round runs each of the six for a fixed time (`--seconds`); the processes are
 started once, before the rounds, and start each run together. Figures: claims a
 second (one over the median, across rounds, of a run's seconds a claim), `ratio`
 = sweepq's rate over raw's at the same process count (target >= 0.5), the
@@ -35,6 +39,7 @@ figure).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import multiprocessing as mp
 import os
@@ -64,6 +69,7 @@ REPO = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 0.5
 TARGET_P99_MS = 20.0
 PROCESSES = (1, 8)
+HOWS = ("raw", "raw_turns", "sweepq")  # the ways of claiming (the module's docstring)
 RAW_CLAIM = (
     "UPDATE cells SET state = 'running', attempts = attempts + 1, updated_at = ? WHERE id = "
     "(SELECT id FROM cells WHERE state = 'queued' AND removed = 0 ORDER BY group_number, \"index\" LIMIT 1) "
@@ -99,10 +105,12 @@ def make_roots(tmp: Path, cells: int) -> dict[str, Path]:
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the copy below must hold every cell
     finally:
         con.close()
-    raw = tmp / "raw"
-    raw.mkdir()
-    shutil.copyfile(db, raw / "sweepq.db")
-    return {"sweepq": first, "raw": raw}
+    roots = {"sweepq": first}
+    for how in ("raw", "raw_turns"):
+        roots[how] = tmp / how
+        roots[how].mkdir()
+        shutil.copyfile(db, roots[how] / "sweepq.db")
+    return roots
 
 
 def requeue(root: Path) -> None:
@@ -123,24 +131,40 @@ class Claimer:
 
     def __init__(self) -> None:
         self.raw: sqlite3.Connection | None = None
+        self.raw_turns: sqlite3.Connection | None = None
+        self.turn = ""
         self.store: Store | None = None
         self.owners: liveness.Liveness | None = None
         self.info = WorkerInfo(worker=f"bench:{os.getpid()}", host=socket.gethostname(), pid=os.getpid())
 
     def open(self, roots: dict[str, Path]) -> None:
-        con = sqlite3.connect(roots["raw"] / "sweepq.db", isolation_level=None, timeout=60)
-        for pragma in ("journal_mode=WAL", "busy_timeout=60000", "synchronous=FULL"):  # as the Store's engine
-            con.execute(f"PRAGMA {pragma}")
-        self.raw = con
+        self.raw, self.raw_turns = (self.connect(roots[how] / "sweepq.db") for how in ("raw", "raw_turns"))
+        self.turn = str(roots["raw_turns"] / "claim.lock")
         self.store = Store.open(roots["sweepq"])
         self.owners = liveness.for_root(roots["sweepq"])
 
-    def claim_raw(self) -> tuple[str, int] | None:
-        assert self.raw is not None
-        self.raw.execute("BEGIN IMMEDIATE")
-        row = self.raw.execute(RAW_CLAIM, (time.strftime("%Y-%m-%d %H:%M:%S"),)).fetchone()
-        self.raw.execute("COMMIT")
+    @staticmethod
+    def connect(db: Path) -> sqlite3.Connection:
+        con = sqlite3.connect(db, isolation_level=None, timeout=60)
+        for pragma in ("journal_mode=WAL", "busy_timeout=60000", "synchronous=FULL"):  # as the Store's engine
+            con.execute(f"PRAGMA {pragma}")
+        return con
+
+    def claim_raw(self, con: sqlite3.Connection | None = None) -> tuple[str, int] | None:
+        con = con or self.raw
+        assert con is not None
+        con.execute("BEGIN IMMEDIATE")
+        row = con.execute(RAW_CLAIM, (time.strftime("%Y-%m-%d %H:%M:%S"),)).fetchone()
+        con.execute("COMMIT")
         return None if row is None else (row[0], row[1])
+
+    def claim_raw_turns(self) -> tuple[str, int] | None:
+        fd = os.open(self.turn, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return self.claim_raw(self.raw_turns)
+        finally:
+            os.close(fd)
 
     def claim_sweepq(self) -> tuple[str, int] | None:
         assert self.store is not None and self.owners is not None
@@ -152,7 +176,7 @@ class Claimer:
         return claim.cell, claim.number
 
     def run(self, how: str, start_at: float, stop_at: float) -> Report:
-        claim = self.claim_raw if how == "raw" else self.claim_sweepq
+        claim = {"raw": self.claim_raw, "raw_turns": self.claim_raw_turns, "sweepq": self.claim_sweepq}[how]
         latencies: list[float] = []
         won: list[tuple[str, int]] = []
         time.sleep(max(0.0, start_at - time.monotonic()))
@@ -225,7 +249,7 @@ class Pool:
 def measure(
     pool: Pool, roots: dict[str, Path], seconds: float, rounds: int
 ) -> tuple[dict[str, list[float]], dict[str, dict[str, Any]]]:
-    """Interleaved rounds of the four runs; seconds a claim per round, and every claim's latency and report."""
+    """Interleaved rounds of the six runs; seconds a claim per round, and every claim's latency and report."""
     seen: dict[str, dict[str, Any]] = {}
 
     def run(how: str, n: int) -> Callable[[int], float]:
@@ -243,7 +267,7 @@ def measure(
 
         return method
 
-    methods = {f"{how}_{n}": run(how, n) for n in PROCESSES for how in ("raw", "sweepq")}
+    methods = {f"{how}_{n}": run(how, n) for n in PROCESSES for how in HOWS}
     return interleave(methods, rounds, "claims"), seen
 
 
@@ -283,11 +307,13 @@ def figures(times: dict[str, list[float]], seen: dict[str, dict[str, Any]], root
             "processes": n,
             "sweepq_per_s": round(1 / ours),
             "raw_per_s": round(1 / raw),
+            "raw_turns_per_s": round(1 / statistics.median(times[f"raw_turns_{n}"])),
+            "ratio_vs_raw_turns": round(statistics.median(times[f"raw_turns_{n}"]) / ours, 3),
             "ratio": round(raw / ours, 3),
             "target": TARGET_RATIO,
             "pass": raw / ours >= TARGET_RATIO,
         }
-        for how in ("sweepq", "raw"):
+        for how in HOWS:
             lat = seen[f"{how}_{n}"]["latencies"]
             fig[f"{how}_p50_ms"] = round(percentile(lat, 0.50) * 1e3, 2)
             fig[f"{how}_p99_ms"] = round(percentile(lat, 0.99) * 1e3, 2)
@@ -296,14 +322,14 @@ def figures(times: dict[str, list[float]], seen: dict[str, dict[str, Any]], root
             fig["p99_target_ms"] = TARGET_P99_MS
             fig["pass_p99"] = fig["sweepq_p99_ms"] < TARGET_P99_MS
             fig["fair_queue_ms"] = round(n * percentile(seen["sweepq_1"]["latencies"], 0.50) * 1e3, 2)
-        if seen[f"raw_{n}"]["ran_out"] or seen[f"sweepq_{n}"]["ran_out"]:
+        if any(seen[f"{how}_{n}"]["ran_out"] for how in HOWS):
             fig["note"] = "a run ran out of cells: use more --cells or fewer --seconds"
         out[f"claims_{n}_process{'es' if n > 1 else ''}"] = fig
     checks = {
         how: double_claims(
             roots[how], [w for n in PROCESSES for w in seen[f"{how}_{n}"]["won"]], attempt_rows=how == "sweepq"
         )
-        for how in ("sweepq", "raw")
+        for how in HOWS
     }
     bad = sum(c["taken_twice"] + c["cells_not_as_reported"] for c in checks.values())
     out["double_claims"] = {**checks, "target": 0, "pass": bad == 0}
