@@ -194,6 +194,8 @@ class StoreClaiming(StoreBase):
         # One claim at a time per store: threads that share a store share its claim connection.
         with self.__dict__.setdefault("_claim_mutex", threading.Lock()):
             conn, turn = self._claimer()
+            # The claim's time is read before its turn: the attempt's start, and the back-off it checks,
+            # may be that wait early (milliseconds with 8 claimers).
             made = _Made(conn, False, {"now": self.clock()}, worker)
             fd = _wait_turn(turn)
             try:
