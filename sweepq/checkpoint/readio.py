@@ -21,7 +21,7 @@ reporting): there a fresh huge page is one the host must fault in again, 4 KiB
 at a time. Measured on such a VM, faulting 85 MB took 11 ms with huge pages
 just freed by the same process, 200-290 ms with huge pages reported to the host,
 and 45-60 ms with 4 KiB pages; a resume in a fresh process (the usual one: an
-attempt's first act) restored 160 MB in 320-400 ms advised, 104-140 ms not
+attempt's first act) restored 160 MB in 320-400 ms advised, 104-156 ms not
 (`torch.load`: 115-190 ms). `huge_pages_pay` reads which case this is from
 sysfs. Nothing here imports numpy or torch: the CLI verifies checkpoints too.
 """
