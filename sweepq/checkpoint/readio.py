@@ -17,8 +17,8 @@ The destination of a kept file is fresh anonymous memory, advised for huge
 pages where they pay: a fresh 4 KiB page costs a fault and a zeroing, and a
 huge page takes one fault for 512 of them. They do not pay on a VM whose kernel
 hands free 2 MiB blocks back to the hypervisor (virtio-balloon's free page
-reporting): there a fresh huge page is one the host must fault in again, 4 KiB
-at a time. Measured on such a VM, faulting 85 MB took 11 ms with huge pages
+reporting): there a fresh huge page is one the host must fault in again.
+Measured on such a VM, faulting 85 MB took 11 ms with huge pages
 just freed by the same process, 200-290 ms with huge pages reported to the host,
 and 45-60 ms with 4 KiB pages; a resume in a fresh process (the usual one: an
 attempt's first act) restored 160 MB in 320-400 ms advised, 104-156 ms not
