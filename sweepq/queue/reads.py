@@ -68,7 +68,7 @@ def claim_pick(skip: tuple[str, ...] = ()) -> ColumnElement[Any]:
 
 
 class StoreReads(StoreBase):
-    """The reads other than status's (queue/status_reads.py): one record, a cell's attempts, what is claimable."""
+    """What is claimable, read through SQLAlchemy (the read commands' reads: status_reads.py, cell_reads.py)."""
 
     def claimable(self, limit: int | None = None) -> list[str]:
         """Cell ids a worker may claim now, in claim order: interrupted first, then queued (the first `limit`).

@@ -1,7 +1,7 @@
 """Database rows into the frozen records the store hands out (callers never hold a row or a session).
 
-Two kinds of row: an ORM row (`cell_record`, ..., whose columns SQLAlchemy already converted) and a
-tuple as the driver gives it (`cell_records`, `attempt_records`, ...: text times, JSON text, 0/1 flags),
+Two kinds of row: an ORM row (`orm_record`, whose columns SQLAlchemy already converted) and a tuple
+as the driver gives it (`cell_records`, `attempt_records`, ...: text times, JSON text, 0/1 flags),
 converted here by each record field's type, so that read commands need no SQLAlchemy
 (queue/status_reads.py). A unit test holds the two equal field by field.
 """
@@ -22,9 +22,10 @@ from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, Ev
 from sweepq.queue.states import CellState
 
 if TYPE_CHECKING:
-    from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
+    from sweepq.queue.models import CellRow
 
 _R = TypeVar("_R", CellRecord, AttemptRecord, CheckpointRecord, EventRecord)
+_RENAMED = {"group": "group_number", "cell": "cell_id"}  # a record's field -> its table's column
 Convert = Callable[[Any], Any] | None
 
 
@@ -82,44 +83,45 @@ def _raw_converter(hint: Any) -> Convert:
     return _converter(hint)
 
 
-def _raw_fields(cls: type, renamed: Mapping[str, str]) -> tuple[tuple[str, ...], list[tuple[int, Convert]]]:
+def _raw_fields(cls: type) -> tuple[tuple[str, ...], list[tuple[int, Convert]]]:
     hints = _HINTS[cls]
-    names = tuple(renamed.get(f.name, f.name) for f in fields(cls))
+    names = tuple(_RENAMED.get(f.name, f.name) for f in fields(cls))
     return names, [(i, _raw_converter(hints[f.name])) for i, f in enumerate(fields(cls))]
 
 
 #: The columns of the cells table that make a CellRecord, in the order `cell_records` reads them.
-CELL_NAMES, _CELL_AT = _raw_fields(CellRecord, {"group": "group_number"})
+CELL_NAMES, _CELL_AT = _raw_fields(CellRecord)
 #: The columns of the attempts table that make an AttemptRecord, in the order `attempt_records` reads them.
-ATTEMPT_NAMES, _ATTEMPT_AT = _raw_fields(AttemptRecord, {"cell": "cell_id"})
+ATTEMPT_NAMES, _ATTEMPT_AT = _raw_fields(AttemptRecord)
 #: The same for the checkpoints and events tables.
-CHECKPOINT_NAMES, _CHECKPOINT_AT = _raw_fields(CheckpointRecord, {"cell": "cell_id"})
-EVENT_NAMES, _EVENT_AT = _raw_fields(EventRecord, {"cell": "cell_id"})
+CHECKPOINT_NAMES, _CHECKPOINT_AT = _raw_fields(CheckpointRecord)
+EVENT_NAMES, _EVENT_AT = _raw_fields(EventRecord)
+
+
+def _built(cls: type[_R], at: list[tuple[int, Convert]], rows: Iterable[Sequence[Any]]) -> list[_R]:
+    """Driver tuples as records of `cls`, each field from its position: a row object's attribute costs more
+    than the rest of a record (`status --all` reads every cell)."""
+    return [cls(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
 
 
 def cell_records(rows: Iterable[Sequence[Any]]) -> list[CellRecord]:
-    """Driver tuples of CELL_NAMES as records: by position, since a row object's attribute costs more than
-    the rest of a record (`status --all` reads every cell)."""
-    at = _CELL_AT
-    return [CellRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
+    """Driver tuples of CELL_NAMES as records."""
+    return _built(CellRecord, _CELL_AT, rows)
 
 
 def attempt_records(rows: Iterable[Sequence[Any]]) -> list[AttemptRecord]:
     """Driver tuples of ATTEMPT_NAMES as records."""
-    at = _ATTEMPT_AT
-    return [AttemptRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
+    return _built(AttemptRecord, _ATTEMPT_AT, rows)
 
 
 def checkpoint_records(rows: Iterable[Sequence[Any]]) -> list[CheckpointRecord]:
     """Driver tuples of CHECKPOINT_NAMES as records."""
-    at = _CHECKPOINT_AT
-    return [CheckpointRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
+    return _built(CheckpointRecord, _CHECKPOINT_AT, rows)
 
 
 def event_records(rows: Iterable[Sequence[Any]]) -> list[EventRecord]:
     """Driver tuples of EVENT_NAMES as records."""
-    at = _EVENT_AT
-    return [EventRecord(*[r[i] if f is None else f(r[i]) for i, f in at]) for r in rows]
+    return _built(EventRecord, _EVENT_AT, rows)
 
 
 def json_safe(obj: Any) -> Any:
@@ -134,22 +136,10 @@ def json_safe(obj: Any) -> Any:
 
 
 def cell_record(r: CellRow) -> CellRecord:
-    return _record(CellRecord, r, {"group": "group_number"})
+    return orm_record(CellRecord, r)
 
 
-def attempt_record(r: AttemptRow) -> AttemptRecord:
-    return _record(AttemptRecord, r, {"cell": "cell_id"})
-
-
-def checkpoint_record(r: CheckpointRow) -> CheckpointRecord:
-    return _record(CheckpointRecord, r, {"cell": "cell_id"})
-
-
-def event_record(r: EventRow) -> EventRecord:
-    return _record(EventRecord, r, {"cell": "cell_id"})
-
-
-def _record(cls: type[_R], row: Any, renamed: Mapping[str, str]) -> _R:
+def orm_record(cls: type[_R], row: Any, renamed: Mapping[str, str] = _RENAMED) -> _R:
     """Each field of the record from the row's column of the same name (or the one `renamed` gives).
 
     A NULL JSON column becomes an empty dict or list; an enum field is rebuilt from its stored value.

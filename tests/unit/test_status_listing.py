@@ -17,8 +17,8 @@ from sweepq.errors import UsageError
 from sweepq.queue.liveness import FileLockLiveness
 from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
 from sweepq.queue.reader import Reader
-from sweepq.queue.records import Outcome
-from sweepq.queue.rows import attempt_record, cell_record, checkpoint_record, event_record
+from sweepq.queue.records import AttemptRecord, CheckpointRecord, EventRecord, Outcome
+from sweepq.queue.rows import cell_record, orm_record
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
 from unit.support import WORKER, FakeClock, Launch, sweep_from
@@ -201,7 +201,7 @@ def test_the_reader_answers_status_as_the_store_does(big: Store) -> None:
     assert troubled == TROUBLED
     with big._read() as s:
         newest = [
-            attempt_record(a)
+            orm_record(AttemptRecord, a)
             for a in s.scalars(select(AttemptRow).join(CellRow, CellRow.id == AttemptRow.cell_id))
             if a.number == s.get(CellRow, a.cell_id).attempts and a.cell_id in troubled  # type: ignore[union-attr]
         ]
@@ -226,10 +226,12 @@ def test_what_show_and_attempts_read_is_what_the_orm_reads(big: Store) -> None:
         conn.exec_driver_sql("INSERT INTO events (cell_id, at, kind, detail) VALUES (?, ?, 'odd', NULL)", (cell, late))
     with big._read() as s:
         orm_cell = cell_record(s.get(CellRow, cell))  # type: ignore[arg-type]
-        orm_attempts = [attempt_record(a) for a in s.scalars(select(AttemptRow).order_by(AttemptRow.started_at))]
+        by_start = select(AttemptRow).order_by(AttemptRow.started_at)
+        orm_attempts = [orm_record(AttemptRecord, a) for a in s.scalars(by_start)]
         q = select(CheckpointRow).where(CheckpointRow.cell_id == cell).order_by(CheckpointRow.step)
-        orm_checkpoints = [checkpoint_record(c) for c in s.scalars(q)]
-        orm_events = [event_record(e) for e in s.scalars(select(EventRow).order_by(EventRow.at, EventRow.id))]
+        orm_checkpoints = [orm_record(CheckpointRecord, c) for c in s.scalars(q)]
+        by_time = select(EventRow).order_by(EventRow.at, EventRow.id)
+        orm_events = [orm_record(EventRecord, e) for e in s.scalars(by_time)]
     assert [c.step for c in orm_checkpoints] == [2, 4, 4] and orm_events[-1].detail == {}
     for store in (big, Reader.open(big.root)):
         assert store.cell(cell) == orm_cell
