@@ -170,17 +170,19 @@ def test_cancel_of_a_running_cell_preempts_it_first(sweep_dir: Path) -> None:
 
 
 def test_first_ctrl_c_is_graceful_second_stops_at_once(sweep_dir: Path) -> None:
-    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", "stop_delay: 30"))
+    slow_stop_s = 30  # the training code takes this long to stop after the first Ctrl-C
+    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", f"stop_delay: {slow_stop_s}"))
     root = sweep_dir / "runs" / "live"
     a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
     wait_for(lambda: any((root / "cells/1.1/checkpoints").glob("step-*")), what="a checkpoint")
-    a.send_signal(signal.SIGINT)  # the training code now takes 30 s to stop
+    a.send_signal(signal.SIGINT)  # the training code now takes slow_stop_s to stop
     time.sleep(1.0)
     assert a.poll() is None
     t0 = time.monotonic()
     a.send_signal(signal.SIGINT)
     out, _ = a.communicate(timeout=60)
-    assert a.returncode == 130 and time.monotonic() - t0 < 15, out
+    # Stopped by the second Ctrl-C, well before the training code's own stop (the bound is its configured delay).
+    assert a.returncode == 130 and time.monotonic() - t0 < slow_stop_s / 2, out
     (att,) = cli_json("show", "1.1", "--root", str(root))["attempts"]
     assert att["reason"] == "preempted" and "hard stop" in att["note"]
     assert cli_json("show", "1.1", "--root", str(root))["state"] == "interrupted"
