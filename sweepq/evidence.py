@@ -118,7 +118,7 @@ class Evidence:
     start_failure: tuple[str, str] | None = None  # PROGRAM: (what failed, its detail): it never ran
     report: Report | None = None  # PROGRAM: the program's outcome file
     stop_forwarded: bool = False  # PROGRAM: a stop was forwarded to the program as SIGTERM
-    killed_after_grace: bool = False  # PROGRAM: SIGKILLed by its attempt after the grace period
+    killed_after_grace: bool = False  # PROGRAM, WORKER: SIGKILLed by its parent after the grace period
     reported_only: bool = False  # PROGRAM: `done_when: reported`: only a reported completion is done
     grace_seconds: float = 0.0
     oom: tuple[bool, str] | None = None  # memory.judge_sigkill's (verdict, evidence) on a SIGKILL

@@ -299,6 +299,8 @@ def _own_account(e: Evidence) -> Outcome:
 
 def _outside_sigkill(e: Evidence) -> Outcome:
     is_oom, evidence = e.oom or (False, "")
+    if not is_oom and e.intent is not None:  # most often the platform's own SIGTERM-then-SIGKILL (docker stop)
+        return Outcome(Reason.PREEMPTED, note="killed by a SIGKILL from outside sweepq while it was stopping")
     return Outcome(Reason.OOM if is_oom else Reason.LOST, note=evidence or None)
 
 
@@ -323,9 +325,9 @@ def _has_account(e: Evidence) -> bool:
 # fmt: off
 WORKER_RULES = (
     Rule("its own account (its last message, else its receipt file)", _WORKER, _has_account, _own_account),
-    Rule("SIGKILL no sweepq process sent: oom on kernel evidence, else lost", _WORKER,
-         lambda e: _sigkill(e) and e.intent is None and not e.hard_stop, _outside_sigkill),
-    Rule("SIGKILL after the worker stopped it", _WORKER, _sigkill, _sweepq_sigkill),
+    Rule("SIGKILL the worker sent: a hard stop, or the grace period over", _WORKER,
+         lambda e: _sigkill(e) and (e.hard_stop or e.killed_after_grace), _sweepq_sigkill),
+    Rule("SIGKILL from outside: oom, else preempted if stopping, else lost", _WORKER, _sigkill, _outside_sigkill),
     Rule("a stop signal before its handlers were installed", _WORKER,
          lambda e: e.signal in STOP_SIGNALS, _stop_signal_early),
     Rule("any other signal", _WORKER,

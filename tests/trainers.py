@@ -70,6 +70,8 @@ def train(cfg: dict[str, Any], run: sweepq.Run) -> dict[str, Any] | None:
         if delay:
             time.sleep(delay)
         if run.should_stop:
+            if cfg.get("stopping_file"):  # tells a test that the stop signal has arrived
+                Path(cfg["stopping_file"]).touch()
             time.sleep(float(cfg.get("stop_delay", 0.0)))  # a slow emergency checkpoint
             run.checkpoint(state, step, force=True)
             marker.unlink(missing_ok=True)

@@ -53,6 +53,7 @@ class Worker:
         self.poll = poll
         self.stopping = False
         self.hard_stop = False
+        self.killed_after_grace = False  # this attempt's: the worker SIGKILLed it when its grace period ended
         self.child: Child | None = None
         self.store: Store | None = None
         self.starter: Starter | None = None
@@ -215,6 +216,7 @@ class Worker:
         assert self.child is not None and self.store is not None
         intent: Intent | None = None
         sent_term_at: float | None = None
+        self.killed_after_grace = False
         last_flush = 0.0
         watched: list[int] = [sock.fileno()] if exited is None else [sock.fileno(), exited]
         while True:
@@ -232,6 +234,8 @@ class Worker:
             pid, status, rusage = os.wait4(self.child.pid, os.WNOHANG)
             if pid:
                 self.child.returncode = os.waitstatus_to_exitcode(status)
+                if self.stopping and intent is None:  # the signal handler forwarded a stop this loop had not seen
+                    intent = Intent.STOP
                 return intent, status, rusage
             now = time.monotonic()
             if now - last_flush >= FLUSH_S:
@@ -259,6 +263,7 @@ class Worker:
                 sent_term_at = now
             if sent_term_at is not None and now - sent_term_at > GRACE_S:
                 os.kill(self.child.pid, signal.SIGKILL)
+                self.killed_after_grace = True  # a SIGKILL the receipt may blame on sweepq; any other is not
                 sent_term_at = float("inf")  # once
 
     def _outcome(
@@ -280,6 +285,7 @@ class Worker:
             account=p.end if p.end is not None else _receipt(paths, claim.number),
             intent=intent,
             hard_stop=self.hard_stop,
+            killed_after_grace=self.killed_after_grace,
             oom=judge_sigkill(before, OomCounters.read(), peak) if code == -signal.SIGKILL else None,
         )
         o = decide(evidence)

@@ -188,6 +188,26 @@ def test_first_ctrl_c_is_graceful_second_stops_at_once(sweep_dir: Path) -> None:
     assert cli_json("show", "1.1", "--root", str(root))["state"] == "interrupted"
 
 
+def test_a_sigkill_from_outside_while_stopping_is_not_blamed_on_sweepq(sweep_dir: Path) -> None:
+    """SIGTERM, then SIGKILL before sweepq's grace period ends (docker stop, systemd, a spot VM going
+    down): the attempt is preempted, and its receipt does not say that sweepq killed it."""
+    stopping = sweep_dir / "stopping"
+    params = f"stop_delay: 30, stopping_file: '{stopping}'"
+    spec = write(sweep_dir / "live.yaml", SPEC.replace("stop_delay: 3.0", params))
+    root = sweep_dir / "runs" / "live"
+    a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
+    wait_for(lambda: any((root / "cells/1.1/checkpoints").glob("step-*")), what="a checkpoint")
+    _, runner = attempt_process(a.pid)
+    a.send_signal(signal.SIGTERM)  # passed on to the worker and by it to the training process
+    wait_for(stopping.exists, what="the training process told to stop")
+    runner.send_signal(signal.SIGKILL)  # long before the grace period (60 s) ends
+    out, _ = a.communicate(timeout=120)
+    (att,) = cli_json("show", "1.1", "--root", str(root))["attempts"]
+    assert att["reason"] == "preempted", out
+    assert "from outside sweepq" in att["note"] and "killed by sweepq" not in att["note"], att["note"]
+    assert cli_json("show", "1.1", "--root", str(root))["state"] == "interrupted"
+
+
 def test_file_lock_liveness_in_one_process(tmp_path: Path) -> None:
     """The seam's contract without processes: take before claim, hand over, ask without creating."""
     from sweepq.layout import CellPaths
