@@ -118,9 +118,9 @@ def _transaction(conn: Connection) -> Iterator[None]:
 
 class _Made:
     """A claim's statements with their parameters, made before its turn: inside the turn only the
-    database works. A turn passes from process to process, and each runs its part on caches the
-    others have filled (measured with 8 claimers on 2 cores: the holder's CPU time 1.6x one claimer's),
-    so what can be done before or after the turn is done there."""
+    database works (and the claim's time is stamped again). A turn passes from process to process,
+    and each runs its part on caches the others have filled (measured with 8 claimers on 2 cores: the
+    holder's CPU time 1.6x one claimer's), so what can be done before or after the turn is done there."""
 
     def __init__(
         self, conn: Connection, named: bool, values: dict[str, Any], worker: WorkerInfo, skip: tuple[str, ...] = ()
@@ -131,6 +131,12 @@ class _Made:
         self.insert = _attempt_insert(conn.dialect)
         opened: tuple[Any, ...] = (None, None, worker.worker, worker.host, worker.pid, values["now"], 0, None, [])
         self.insert_args = self.insert.args({f"a_{k}": v for k, v in zip(_OPENED, opened, strict=True)})
+
+    def stamp(self, now: Any) -> None:
+        """The claim's time, read again inside its transaction (`_claim_first` says why)."""
+        self.values = {**self.values, "now": now}
+        self.claim.put(self.claim_args, "now", now)
+        self.insert.put(self.insert_args, "a_started_at", now)
 
     def passing_over(self, conn: Connection, cell: str) -> _Made:
         """The same claim made again, `cell` passed over."""
@@ -194,9 +200,7 @@ class StoreClaiming(StoreBase):
         # One claim at a time per store: threads that share a store share its claim connection.
         with self.__dict__.setdefault("_claim_mutex", threading.Lock()):
             conn, turn = self._claimer()
-            # The claim's time is read before its turn: the attempt's start, and the back-off it checks,
-            # may be that wait early (milliseconds with 8 claimers).
-            made = _Made(conn, False, {"now": self.clock()}, worker)
+            made = _Made(conn, False, {"now": self.clock()}, worker)  # its time is stamped again in its turn
             fd = _wait_turn(turn)
             try:
                 won = self._claim_first(conn, made, take)
@@ -220,6 +224,9 @@ class StoreClaiming(StoreBase):
             owner: Ownership | None = None
             try:
                 with _transaction(conn):
+                    # The attempt starts after every write committed before this transaction began: an
+                    # attempt closed while this claim waited for its turn ended before this one starts.
+                    made.stamp(self.clock())
                     row = made.take(conn)
                     if row is None:
                         return None

@@ -40,6 +40,8 @@ class Prepared:
                 fixed[key] = bind.effective_value if convert is None else convert(bind.effective_value)
         self.fixed = fixed
         self.order = list(compiled.positiontup or []) if compiled.positional else None
+        # Where each parameter goes in a positional list: a statement may use one several times (`now`).
+        self.places = {k: [i for i, o in enumerate(self.order) if o == k] for k in self.binders} if self.order else {}
         self.readers: list[Convert] = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in returns]
 
     def args(self, values: Mapping[str, Any]) -> Any:
@@ -62,10 +64,15 @@ class Prepared:
             cursor.close()
 
     def put(self, args: Any, key: str, value: Any) -> None:
-        """Set one parameter of `args` (made by `args`) to `value`, converted as `args` converts it."""
+        """Set one parameter of `args` (made by `args`) to `value`, converted as `args` converts it, in every
+        place the statement uses it."""
         convert = self.binders[key]
-        at = key if self.order is None else self.order.index(key)
-        args[at] = value if convert is None else convert(value)
+        value = value if convert is None else convert(value)
+        if self.order is None:
+            args[key] = value
+            return
+        for at in self.places[key]:
+            args[at] = value
 
     def run(self, conn: Connection, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """Run in `conn`'s transaction: the first row it returns, converted (None when none or no RETURNING)."""

@@ -283,6 +283,32 @@ def test_claimers_queue_for_their_turn_on_the_claim_lock(store: Store) -> None:
     assert [c.cell if c else None for c in got] == ["1.1"]
 
 
+def test_an_attempt_starts_after_the_one_that_ended_while_its_claim_waited(store: Store, clock: FakeClock) -> None:
+    """A claim that waits for its turn while the cell's previous attempt is closed: the new attempt's
+    start is read inside its transaction, so the cell's receipts never overlap."""
+    won = store.claim("1.1", WORKER)
+    assert won is not None
+    turn = RootPaths(store.root).claim_lock
+    turn.parent.mkdir(exist_ok=True)
+    holder = hold(turn)
+    got: list[Claim | None] = []
+    claimer = threading.Thread(target=lambda: got.append(claim_next(store)))
+    try:
+        claimer.start()
+        deadline = time.monotonic() + WAIT_S
+        while not blocked_on(turn):  # it read the clock, and waits
+            assert time.monotonic() < deadline, "the claim never queued for its turn"
+            time.sleep(0.01)
+        clock.advance(60)
+        store.finish("1.1", won.number, Outcome(reason=str(Reason.PREEMPTED)))  # interrupted: claimed first
+    finally:
+        release(holder)
+        claimer.join(timeout=WAIT_S)
+    assert [(c.cell, c.number) if c else None for c in got] == [("1.1", 2)]
+    first, second = store.attempts("1.1")
+    assert first.ended_at is not None and first.ended_at <= second.started_at
+
+
 # -- a claim that fails, an older root ------------------------------------------------------------
 
 
