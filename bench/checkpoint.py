@@ -555,7 +555,8 @@ def fig_stall_mlp(tmp: Path, rounds: int, optimizer: str, per_round: int = 5) ->
             ts.append(time.perf_counter() - t)
         return median(ts)
 
-    after = 10  # steps timed after the checkpoint: its background write ends within them
+    after = 10  # steps timed after the checkpoint: its background write ends within them, mostly
+    outlasted: list[int] = []  # the rounds whose write did not (a slow disk): the rest was waited for
 
     def steps_plain(r: int) -> float:
         run._writer.flush()
@@ -572,10 +573,10 @@ def fig_stall_mlp(tmp: Path, rounds: int, optimizer: str, per_round: int = 5) ->
         run.checkpoint(mlp.state, mlp.i)
         for _ in range(after):
             mlp.step()
-        dt = time.perf_counter() - t
-        if run._writer.busy:
-            raise RuntimeError(f"the checkpoint's write outlasted {after} steps: raise `after`")
-        return dt
+        if run._writer.busy:  # counted whole: what the loop would wait for at the next checkpoint
+            outlasted.append(r)
+            run._writer.flush()
+        return time.perf_counter() - t
 
     methods: dict[str, Callable[[int], float]] = {
         "checkpoint_call": ckpt,
@@ -603,6 +604,7 @@ def fig_stall_mlp(tmp: Path, rounds: int, optimizer: str, per_round: int = 5) ->
         "whole_cost_steps": round((m[f"checkpoint_and_{after}_steps"] - m[f"{after}_steps"]) / m["train_step"], 4),
         "whole_cost_note": f"not a target: the pause plus the slowdown of the next {after} steps while the "
         "background write shares the cores (the end-to-end figure counts it at the real cadence)",
+        "windows_the_write_outlasted": len(outlasted),
         "ratio_to_bare_copy": round(m["checkpoint_call"] / m["bare_copy"], 3),
         "bare_copy_note": "copy_ of the same tensors into preallocated buffers after a step, in a loop, with "
         "the process's torch threads: the floor of a snapshot taken wholly before run.checkpoint returns",
