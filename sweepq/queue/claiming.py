@@ -134,7 +134,6 @@ class _Made:
 
     def stamp(self, now: Any) -> None:
         """The claim's time, read again inside its transaction (`_claim_first` says why)."""
-        self.values = {**self.values, "now": now}
         self.claim.put(self.claim_args, "now", now)
         self.insert.put(self.insert_args, "a_started_at", now)
 
