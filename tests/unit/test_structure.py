@@ -1,4 +1,6 @@
-"""The architecture as a test: no import cycles, small modules, a public API that stays light."""
+"""The architecture as a test: no import cycles, a public API that stays light.
+
+Modules are sized by their concept, not by a line count: there is no cap on a module's length."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import pytest
 import sweepq
 
 PACKAGE = Path(sweepq.__file__).resolve().parent
-MAX_LINES = 400
 
 
 def module_name(path: Path) -> str:
@@ -179,12 +180,6 @@ def test_no_import_cycles(in_functions: bool) -> None:
     graph = {m: imports_of(m, in_functions) for m in MODULES}
     cycles = find_cycles(graph)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
-
-
-def test_no_module_over_400_lines() -> None:
-    lines = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
-    big = {m: n for m, n in sorted(lines.items()) if n > MAX_LINES}
-    assert not big, f"modules over {MAX_LINES} lines: " + ", ".join(f"{m} ({n})" for m, n in big.items())
 
 
 PROBE = """
