@@ -14,7 +14,7 @@ WANDB_VENV := .venv-wandb
 WANDB_STAMP := $(WANDB_VENV)/.installed
 WANDB_PINS := tests/wandb_engine/requirements.txt
 
-.PHONY: run test test-fast check bench wheel-test clean wandb-engine
+.PHONY: run run-over test test-fast check bench wheel-test clean wandb-engine
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,6 +39,11 @@ $(CHROMIUM_STAMP): $(STAMP)
 	touch $(CHROMIUM_STAMP)
 
 run: $(STAMP)
+	$(BIN)/sweepq launch sweeps/llm-analysis.yaml
+
+# The bundled sweep from scratch: its root (runs/llm-analysis) is deleted, the virtualenv kept.
+run-over: $(STAMP)
+	rm -rf runs/llm-analysis
 	$(BIN)/sweepq launch sweeps/llm-analysis.yaml
 
 # Two test processes (pytest-xdist), each taking whole files: the process tests spend much of
