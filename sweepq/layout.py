@@ -52,6 +52,7 @@ def step_name(step: int) -> str:
 WRITING_PREFIX = ".writing-"  # a checkpoint being written (the lock holder's)
 TRASH_PREFIX = ".trash-"  # superseded, being deleted in the background
 CORRUPT_PREFIX = ".corrupt-"  # failed verification, kept for inspection
+LINKED_PREFIX = ".linked-"  # a link named like a step, moved out of the committed ones (kept: a person made it)
 
 
 def staging_name(step: int, tag: str) -> str:
@@ -64,6 +65,10 @@ def trash_name(step: int, tag: str) -> str:
 
 def quarantine_name(step: int, tag: str) -> str:
     return f"{CORRUPT_PREFIX}{step_name(step)}-{tag}"
+
+
+def linked_name(step: int, tag: str) -> str:
+    return f"{LINKED_PREFIX}{step_name(step)}-{tag}"
 
 
 def is_leftover(name: str) -> bool:

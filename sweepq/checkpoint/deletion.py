@@ -10,9 +10,10 @@ leaves a hidden trash folder, which the next lock holder removes.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from pathlib import Path
+
+from sweepq.ownfiles import shrink_and_remove
 
 DELETE_STEP = 8 << 20
 
@@ -81,27 +82,12 @@ def remove_gently(folder: Path) -> None:
     SQLite commit for 31 ms. Shrinking in steps, each made durable, keeps any
     one wait near 1 ms for about the same total time (the way RocksDB rate-limits
     file deletion). Errors are ignored: what is left is cleaned up later.
+
+    Nothing is shrunk or removed through a link (ownfiles.py): a trash name
+    that is a link (a linked step superseded) loses the link itself, a linked
+    or hard-linked file in the folder keeps every byte of what it points at.
     """
-    try:
-        files = [f for f in folder.iterdir() if f.is_file()]
-    except OSError:
-        files = []
-    for f in files:
-        try:
-            fd = os.open(f, os.O_WRONLY)
-        except OSError:
-            continue
-        try:
-            size = os.fstat(fd).st_size
-            while size > DELETE_STEP:
-                size -= DELETE_STEP
-                os.ftruncate(fd, size)
-                os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    shutil.rmtree(folder, ignore_errors=True)
+    shrink_and_remove(folder, DELETE_STEP)
 
 
 _state: tuple[int, _Deleter] | None = None

@@ -45,6 +45,9 @@ class FencedStorage:
     def check(self, step: int, name: str, entry: dict[str, Any]) -> None:
         self.inner.check(step, name, entry)
 
+    def linked(self, step: int) -> str | None:
+        return self.inner.linked(step)
+
     # -- changes -----------------------------------------------------------------
 
     def stage(self, step: int) -> Staged:
@@ -53,6 +56,10 @@ class FencedStorage:
     def quarantine(self, step: int) -> Path:
         self.fence(f"moving aside checkpoint step {step}")
         return self.inner.quarantine(step)
+
+    def detach(self, step: int) -> Path:
+        self.fence(f"moving aside the link named checkpoint step {step}")
+        return self.inner.detach(step)
 
     def delete(self, step: int) -> None:
         self.fence(f"the deletion of checkpoint step {step}")

@@ -16,6 +16,18 @@ folder of the local file system (layout.py names it):
 
 In an object store the same interface would commit by writing the manifest
 last (a step is committed when its manifest exists).
+
+Links (ownfiles.py). A `step-<step>` that is a symbolic link (a warm start
+linked in from another sweep) is a linked step: a resume may load it, every
+byte verified against its manifest as any step's, but it is not the cell's
+own. Retention never counts or deletes it (execution/committed.py); when the
+cell's own timeline needs its name (a rollback before it, a commit of the same
+step) the link itself is moved aside to `.linked-*` and kept (`detach`); a
+corrupt one is quarantined the same way, by renaming the link. Nothing a
+change reaches goes through a link: the checkpoints folder must be the cell's
+own (a link to it, or to the cell folder, raises ownfiles.LinkedPath before
+anything is written), leftovers that are links are unlinked themselves, and
+the background deletion never shrinks a linked or hard-linked file.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from sweepq import layout
+from sweepq import layout, ownfiles
 from sweepq.atomic import fsync_dir
 from sweepq.checkpoint import manifest, readio
 from sweepq.checkpoint.crashpoints import count_commit, crash_point
@@ -91,6 +103,14 @@ class CheckpointStorage(Protocol):
         """Move a corrupt step out of the committed ones (kept for inspection); returns where it went."""
         ...
 
+    def linked(self, step: int) -> str | None:
+        """Where a linked step points (the link's text); None when the step is the cell's own."""
+        ...
+
+    def detach(self, step: int) -> Path:
+        """Move a linked step's link itself out of the committed ones (kept); returns where it went."""
+        ...
+
     def delete(self, step: int) -> None:
         """Supersede a step: gone from `steps()` when this returns, its bytes freed in the background."""
         ...
@@ -102,7 +122,7 @@ class CheckpointStorage(Protocol):
 
 def for_cell(cell: CellPaths) -> CheckpointStorage:
     """The storage of a cell's checkpoints."""
-    return LocalFolder(cell.checkpoints)
+    return LocalFolder(cell.checkpoints, cell.root)
 
 
 def verify(storage: CheckpointStorage, step: int) -> dict[str, Any]:
@@ -137,10 +157,19 @@ def committed_manifests(storage: CheckpointStorage, damaged: dict[int, str] | No
 
 
 class LocalFolder:
-    """A cell's checkpoints as folders in a local `checkpoints/` folder (layout.py names them)."""
+    """A cell's checkpoints as folders in a local `checkpoints/` folder (layout.py names them).
 
-    def __init__(self, folder: Path) -> None:
+    `root`, when given, is the sweep root the folder lies in: every change
+    first checks that no link leads from it to the folder (ownfiles.require_own).
+    """
+
+    def __init__(self, folder: Path, root: Path | None = None) -> None:
         self.folder = folder
+        self.root = root if root is not None else folder.parent
+
+    def _own(self) -> None:
+        """Before any change: the folder is reached from the root without a link (else LinkedPath)."""
+        ownfiles.require_own(self.root, self.folder, f"the checkpoints folder {self.folder}")
 
     def steps(self) -> list[int]:
         return layout.committed_steps_in(self.folder)
@@ -186,18 +215,39 @@ class LocalFolder:
         _check_digest(where, name, digest, entry)
 
     def stage(self, step: int) -> _LocalStaged:
+        self._own()
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / layout.staging_name(step, f"{os.getpid()}-{secrets.token_hex(4)}")
         tmp.mkdir()
-        return _LocalStaged(tmp, self.location(step))
+        return _LocalStaged(tmp, self.location(step), step)
 
     def quarantine(self, step: int) -> Path:
+        """A rename: a linked step's link itself is moved, what it points at is untouched."""
+        self._own()
         target = self.folder / layout.quarantine_name(step, secrets.token_hex(4))
         os.rename(self.location(step), target)
         fsync_dir(self.folder)
         return target
 
+    def linked(self, step: int) -> str | None:
+        try:
+            return os.readlink(self.location(step))
+        except OSError:  # not a link (EINVAL), or gone
+            return None
+
+    def detach(self, step: int) -> Path:
+        self._own()
+        where = self.location(step)
+        if not ownfiles.is_link(where):
+            raise ValueError(f"{where} is no link: only a linked step is detached")
+        target = self.folder / layout.linked_name(step, secrets.token_hex(4))
+        os.rename(where, target)
+        fsync_dir(self.folder)
+        return target
+
     def delete(self, step: int) -> None:
+        """A linked step loses its link only (the rename moves the link; remove_gently unlinks it)."""
+        self._own()
         trash = self.folder / layout.trash_name(step, secrets.token_hex(4))
         os.rename(self.location(step), trash)
         fsync_dir(self.folder)
@@ -209,9 +259,13 @@ class LocalFolder:
         removed: list[str] = []
         if not self.folder.is_dir():
             return removed
+        self._own()
         for entry in self.folder.iterdir():
             if layout.is_leftover(entry.name):
-                shutil.rmtree(entry, ignore_errors=True)
+                try:
+                    ownfiles.remove(entry)  # a leftover name that is a link: the link goes, never its target
+                except OSError:
+                    continue  # left for the next lock holder
                 removed.append(entry.name)
         return removed
 
@@ -242,8 +296,8 @@ def _check_digest(where: Path, name: str, digest: str, entry: dict[str, Any]) ->
 
 
 class _LocalStaged:
-    def __init__(self, tmp: Path, final: Path) -> None:
-        self.tmp, self.final = tmp, final
+    def __init__(self, tmp: Path, final: Path, step: int) -> None:
+        self.tmp, self.final, self.step = tmp, final, step
 
     def write(self, files: dict[str, list[memoryview]]) -> dict[str, tuple[str, int]]:
         return write_files(self.tmp, files)
@@ -253,7 +307,10 @@ class _LocalStaged:
         crash_point("after_manifest")
         fsync_dir(self.tmp)
         crash_point("before_rename")
-        if self.final.exists():
+        if ownfiles.is_link(self.final):
+            # A linked step of the same number is not the cell's own: the link moves aside, ours commits.
+            os.rename(self.final, self.final.with_name(layout.linked_name(self.step, secrets.token_hex(4))))
+        elif self.final.exists():
             # The same step committed earlier (a repeated request): keep the first one.
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False

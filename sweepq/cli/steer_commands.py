@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import click
 
+from sweepq import ownfiles
 from sweepq.cli.app import friendly, main, root_option, steering
 from sweepq.cli.read_commands import is_place
 from sweepq.cli.roots import resolve_root
 from sweepq.errors import UsageError
-from sweepq.layout import RootPaths
+from sweepq.layout import CellPaths, RootPaths
 from sweepq.queue import liveness
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import select_cells
@@ -83,8 +84,17 @@ def cancel(store: Store, ids: list[str]) -> None:
 def reset(store: Store, ids: list[str]) -> None:
     """Start CELLS over from scratch; their checkpoints, DONE.json and output/ move to the attic."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    _require_own(store, ids, stamp)  # before any cell moves: a link refuses the whole command
     done = [cid for cid in ids if _reset_one(store, cid, stamp)]
     _report_moves("reset", done, ids, store)
+
+
+def _require_own(store: Store, ids: list[str], stamp: str) -> None:
+    """Nothing moves out of, or into, a folder reached through a link (ownfiles.py): a linked cell folder
+    or attic would move another place's files. A link among the items moved goes as the link itself."""
+    for cid in ids:
+        ownfiles.require_own(store.root, CellPaths(store.root, cid).dir, f"the folder of cell {cid}")
+        ownfiles.require_own(store.root, RootPaths(store.root).attic_entry(cid, stamp), "the attic")
 
 
 def _reset_one(store: Store, cid: str, stamp: str) -> bool:
@@ -93,8 +103,6 @@ def _reset_one(store: Store, cid: str, stamp: str) -> bool:
     The output goes too: a program that resumes from its own files there (Lightning's
     last.ckpt) would otherwise carry on from where the reset cell stopped.
     """
-    from sweepq.layout import CellPaths
-
     paths = CellPaths(store.root, cid)
     owner = liveness.for_root(store.root).take(cid)
     if owner is None:
@@ -102,11 +110,12 @@ def _reset_one(store: Store, cid: str, stamp: str) -> bool:
         return False
     try:
         attic = RootPaths(store.root).attic_entry(cid, stamp)
+        _require_own(store, [cid], stamp)  # again, now that the cell is owned: nothing is linked since
         moved = []
         for item in (paths.checkpoints, paths.done, paths.output):
-            if item.exists():
+            if os.path.lexists(item):  # a dangling link too: the cell starts over without it
                 attic.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(item), str(attic / item.name))
+                ownfiles.move(item, attic / item.name)
                 moved.append(item.name)
         if not store.reset([cid]):
             return False

@@ -186,7 +186,8 @@ class Reserve:
         """Hold `size` bytes in a hidden file beside `target`; nothing when the disk has no room already."""
         reserve = cls(target.with_name(f".{target.name}.reserve"))
         try:
-            fd = os.open(reserve.path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            # O_NOFOLLOW: a link left under this name is never followed (truncated through), only unlinked by release
+            fd = os.open(reserve.path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             try:
                 os.posix_fallocate(fd, 0, size)
             finally:

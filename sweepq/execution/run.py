@@ -248,8 +248,10 @@ class Run:
         self._history.close()  # every point logged on the disk, whatever happens below
         self._writer.flush()
         self._guard.remove()
-        # The final state is committed even when the cadence never came due (short cells).
-        if completed and self._state_ref is not None and self.last_step > self._cadence.last_scheduled:
+        # The final state is committed even when the cadence never came due (short cells), and when the
+        # newest step is a link (a warm start already at the end): DONE.json names the cell's own checkpoint.
+        final_due = self.last_step > self._cadence.last_scheduled or self._committed.newest_is_linked()
+        if completed and self._state_ref is not None and final_due:
             self._save(self._state_ref, self.last_step, {})
             self._writer.flush()
         self._send_log()

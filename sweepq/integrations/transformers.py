@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from sweepq import ownfiles
 from sweepq.checkpoint.files import NotFiles
 from sweepq.execution.run import Run
 
@@ -174,7 +174,7 @@ def _remove_abandoned(output_dir: Path, step: int) -> None:
         m = _CHECKPOINT.fullmatch(entry.name)
         if m and int(m.group(1)) > step and entry.is_dir():
             _say(f"removing {entry}: saved after step {step}, where this attempt starts, by an earlier attempt")
-            shutil.rmtree(entry)
+            ownfiles.remove(entry)  # a link there goes itself: what it points at is not this attempt's
 
 
 def _output_dir(args: TrainingArguments) -> Path:

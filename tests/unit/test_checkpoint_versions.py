@@ -252,6 +252,12 @@ class MemoryStorage:
         del self.committed[step]
         return self.location(step)
 
+    def linked(self, step: int) -> str | None:
+        return None  # nothing in memory is a link
+
+    def detach(self, step: int) -> Path:
+        raise ValueError(f"step {step} is no link")
+
     def delete(self, step: int) -> None:
         del self.committed[step]
 
