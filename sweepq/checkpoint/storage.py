@@ -169,7 +169,7 @@ class LocalFolder:
 
     def _own(self) -> None:
         """Before any change: the folder is reached from the root without a link (else LinkedPath)."""
-        ownfiles.require_own(self.root, self.folder, f"the checkpoints folder {self.folder}")
+        ownfiles.require_own(self.root, self.folder, "the checkpoints folder")
 
     def steps(self) -> list[int]:
         return layout.committed_steps_in(self.folder)
