@@ -26,6 +26,8 @@ from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord
 from sweepq.queue.states import CellState
 
+ATTEMPT_MAX = 2**63 - 1  # attempt numbers are SQLite INTEGERs: a larger N names no attempt, refused by click
+
 if TYPE_CHECKING:
     from sweepq.queue.cell_reads import CellReads  # a Store, or a Reader
 
@@ -37,7 +39,13 @@ _CHUNK = 1 << 16
 @click.argument("cell", required=False, metavar="CELL")
 @place_argument
 @root_option
-@click.option("--attempt", "number", type=click.IntRange(min=1), metavar="N", help="Attempt N (default: the latest).")
+@click.option(
+    "--attempt",
+    "number",
+    type=click.IntRange(min=1, max=ATTEMPT_MAX),
+    metavar="N",
+    help="Attempt N (default: the latest).",
+)
 @click.option("--stdout", "only", flag_value="stdout", help="Only stdout.log, without a header.")
 @click.option("--stderr", "only", flag_value="stderr", help="Only stderr.log, without a header.")
 @click.option("--follow", "-f", is_flag=True, help="Print what the attempt writes until it ends (or Ctrl-C).")

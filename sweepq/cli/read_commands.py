@@ -38,7 +38,10 @@ def is_place(arg: str | None) -> bool:
     path = Path(arg)
     if path.suffix in (".yaml", ".yml") or "/" in arg or arg in (".", ".."):
         return True
-    return path.is_dir() and database_file(path).exists()
+    try:
+        return path.is_dir() and database_file(path).exists()
+    except OSError:  # a name longer than a file name may be (ENAMETOOLONG): no place, so a selector
+        return False
 
 
 def cell_and_place(cell: str | None, place: str | None, command: str) -> tuple[str, str | None]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
 
-from sweepq.atomic import atomic_write_bytes
+from sweepq.atomic import atomic_write_bytes, tmp_name
 from sweepq.errors import UsageError
 from sweepq.html import sections
 from sweepq.html.gather import Report
@@ -121,11 +121,33 @@ def output(path: Path) -> Path:
         raise UsageError(f"cannot write into {folder}: permission denied. Name a FILE in a folder this user may write")
     if path.is_dir():
         raise UsageError(f"{path} is a folder: name the page FILE.html")
+    _probe(path)
     return path
+
+
+def _probe(path: Path) -> None:
+    """Create and remove an empty file beside FILE: a folder where nothing can be created (a read-only mount,
+    /proc, a full disk's inodes) is refused before the root is read, whatever os.access says of it."""
+    probe = tmp_name(path)
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(_cannot_write(path, e)) from e
+
+
+def _cannot_write(path: Path, e: OSError) -> str:
+    return (
+        f"cannot create {path.name} in {path.parent if str(path.parent) else '.'}: {e.strerror or e}. "
+        "Name a FILE in a folder this user may write (nothing was written)"
+    )
 
 
 def write(path: Path, report: Report) -> int:
     """The page written to `path` (beside it first, then renamed over it); its size in bytes."""
     data = page(report).encode("utf-8")
-    atomic_write_bytes(path, data)
+    try:
+        atomic_write_bytes(path, data)
+    except OSError as e:  # the folder changed since the probe, or the disk filled: the page is not half-written
+        raise UsageError(_cannot_write(path, e)) from e
     return len(data)

@@ -197,11 +197,29 @@ class _Rebuilding(Store):
             s.add(row)
 
 
+# Attempt numbers are SQLite INTEGERs (64 bits): the next attempt, one above the highest folder, must fit too.
+# Above this SQLite would count on in floats (attempt 9.223372036854776e+18) or refuse the number.
+HIGHEST_ATTEMPT = 2**63 - 2
+
+
 def _attempt_numbers(paths: CellPaths) -> list[int]:
     folder = paths.attempt_dir(1).parent
     if not folder.is_dir():
         return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0)
+    numbers = []
+    for p in folder.iterdir():
+        if not (p.is_dir() and p.name.isascii() and p.name.isdigit()):
+            continue
+        if len(p.name) > 19 or int(p.name) > HIGHEST_ATTEMPT:  # by length first: no int() of a long name
+            raise UsageError(
+                f"{p} is numbered beyond any attempt sweepq makes: attempt numbers run from 1 to "
+                f"{HIGHEST_ATTEMPT} (SQLite's integers, with room for the next attempt), so repair cannot count "
+                "on above it. sweepq did not write this folder: move it out of the root, then run the repair "
+                "again (nothing was changed)."
+            )
+        if int(p.name) > 0:
+            numbers.append(int(p.name))
+    return sorted(numbers)
 
 
 def _receipt(paths: CellPaths, number: int) -> Outcome:

@@ -13,7 +13,7 @@ from typing import Protocol, TypeVar
 
 from sweepq.errors import UsageError
 
-_CELL_ID = re.compile(r"^([0-9]+)\.([0-9]+)$")
+_CELL_ID = re.compile(r"^([0-9]{1,19})\.([0-9]{1,19})$")  # numbers a 64-bit integer holds: no int() of 5000 digits
 
 
 def cell_sort_key(cell_id: str) -> tuple[int, int]:
@@ -80,6 +80,16 @@ def _no_match_message(cells: Sequence[Selectable], selector: str) -> str:
     )
     hint = f" For every cell of group {selector}, write {selector}.*." if selector.strip().isdigit() else ""
     return (
-        f"no cell matches {selector!r}: the sweep's groups are {groups or 'none'}. Select cells by id "
+        f"no cell matches {quoted(selector)}: the sweep's groups are {groups or 'none'}. Select cells by id "
         f"(2.3), group name or pattern (2.*).{hint}"
     )
+
+
+QUOTED_MAX = 80  # a selector quoted whole in an error up to this long; a longer one (a pasted file?) is cut
+
+
+def quoted(selector: str) -> str:
+    """The selector as an error message quotes it: whole when short, else its start and its length."""
+    if len(selector) <= QUOTED_MAX:
+        return repr(selector)
+    return f"{selector[:QUOTED_MAX]!r}... (a selector of {len(selector)} characters)"

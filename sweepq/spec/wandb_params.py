@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -217,6 +218,13 @@ def _read_int_range(ctx: SpecContext, spec: dict, distribution: str | None, wher
             where,
             f"min {low} is not less than max {high}",
             "Make min smaller than max (both are included)",
+        )
+    if high - low + 1 > sys.maxsize:  # a range longer than this has no len(): nothing could count its cells
+        raise ctx.error(
+            where,
+            f"int_uniform from min {low} to max {high} holds {high - low + 1} values, more than a grid can count "
+            f"(at most {sys.maxsize}, 2**63 - 1, values a parameter)",
+            "Narrow min and max (a grid runs each value: list the values to try with values: [...])",
         )
     return range(low, high + 1)
 
