@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_run
 
 from sweepq import ownfiles
 from sweepq.checkpoint import commit as checkpoint
@@ -218,4 +219,29 @@ def test_retention_neither_counts_nor_deletes_a_linked_step(tmp_path: Path, capf
         f"sweepq warning: checkpoints/step-10, a link to {target}, was moved to checkpoints/{moved.name}: this "
         "attempt trains from an earlier step or commits step 10 itself (what the link points at is untouched)"
     ) in capfd.readouterr().err
+    assert snapshot(other) == before
+
+
+def test_a_warm_start_linked_at_the_last_step_ends_on_the_cells_own_checkpoint(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Resumed from a linked step and already at the end: the final checkpoint is committed as the cell's own
+    (DONE.json then names a step of the root), the link moved aside and kept, its target untouched."""
+    other = another_sweeps_step(tmp_path, 10)
+    before = snapshot(other)
+    root = tmp_path / "root"
+    cell = CellPaths(root, "1.1")
+    cell.checkpoints.mkdir(parents=True)
+    target = CellPaths(other, "1.1").checkpoint(10)
+    cell.checkpoint(10).symlink_to(target)
+    run = make_run(root, keep_last=1)
+    state = {"w": torch.zeros(4 * STEP), "step": 0}
+    assert run.restore(state) and run.start_step == 10 and state["step"] == 10
+    run.close(completed=True)
+    assert run.newest_committed() is not None and run.newest_committed()[0] == 10  # type: ignore[index]
+    assert cell.checkpoint(10).is_dir() and not cell.checkpoint(10).is_symlink()
+    assert checkpoint.load(storage.for_cell(cell), 10).manifest["cfg_hash"] == "h"  # written by this run
+    (moved,) = [p for p in cell.checkpoints.iterdir() if p.name.startswith(".linked-step-10-")]
+    assert os.readlink(moved) == str(target)
+    assert f"checkpoints/step-10, a link to {target}, was moved to checkpoints/{moved.name}" in capfd.readouterr().err
     assert snapshot(other) == before
