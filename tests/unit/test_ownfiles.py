@@ -238,7 +238,8 @@ def test_a_warm_start_linked_at_the_last_step_ends_on_the_cells_own_checkpoint(
     state = {"w": torch.zeros(4 * STEP), "step": 0}
     assert run.restore(state) and run.start_step == 10 and state["step"] == 10
     run.close(completed=True)
-    assert run.newest_committed() is not None and run.newest_committed()[0] == 10  # type: ignore[index]
+    newest = run.newest_committed()
+    assert newest is not None and newest[0] == 10
     assert cell.checkpoint(10).is_dir() and not cell.checkpoint(10).is_symlink()
     assert checkpoint.load(storage.for_cell(cell), 10).manifest["cfg_hash"] == "h"  # written by this run
     (moved,) = [p for p in cell.checkpoints.iterdir() if p.name.startswith(".linked-step-10-")]
