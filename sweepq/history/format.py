@@ -10,6 +10,14 @@ numbers (ints and floats; other values are not history). The file is standard
 JSON Lines: a value that is not finite is written as the string "NaN",
 "Infinity" or "-Infinity". Each write ends with a newline; a writer killed
 mid-write may leave a last line without one, which readers ignore.
+
+Read line by line (`AttemptFile`): memory does not grow with the file. Numbers no
+writer of sweepq's makes are skipped and counted (`out_of_range`), never passed
+on as data: a step that is not a 64-bit integer (TensorBoard, MLflow and SQLite
+hold no other), a time that is not a finite number of seconds (1e999 reads as
+infinity), a value written as a bare number beyond a double (1e999: a logged
+infinity is the string "Infinity"). A line whose step or time is out of range is
+skipped whole; a value out of range is dropped from its line.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,49 +78,88 @@ def encode(step: int, time: float, values: dict[str, Any]) -> str | None:
     return f'{{"step":{int(step)},"time":{float(time)!r},"values":{{{",".join(parts)}}}}}'
 
 
-def _decode(obj: Any, line: int) -> Logged | None:
+STEP_MIN, STEP_MAX = -(2**63), 2**63 - 1
+_FLOAT_MAX = int(sys.float_info.max)
+_OUT = object()  # a line whose step or time is out of range
+
+
+def _decode(obj: Any, line: int) -> tuple[Logged | object | None, bool]:
+    """(the line's point, whether a value of it was out of range and left out).
+
+    The point is None for a line that is not one (damaged), _OUT for a step or time out of range."""
     if not isinstance(obj, dict) or not isinstance(obj.get("step"), int) or not isinstance(obj.get("values"), dict):
-        return None
-    values = {}
+        return None, False
+    step, time = obj["step"], obj.get("time") or 0.0
+    if isinstance(step, bool) or not STEP_MIN <= step <= STEP_MAX:
+        return _OUT, False
+    if isinstance(time, bool) or not isinstance(time, (int, float)):
+        return None, False
+    if not -_FLOAT_MAX <= time <= _FLOAT_MAX:  # 1e999 (json reads it as inf), nan, an int no double holds
+        return _OUT, False
+    values: dict[str, float] = {}
+    dropped = False
     for k, v in obj["values"].items():
         if isinstance(v, str):
-            v = _NOT_FINITE.get(v)
+            v = _NOT_FINITE.get(v)  # a non-finite value, as the writer spells it
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and not -_FLOAT_MAX <= v <= _FLOAT_MAX:
+            dropped = True  # a bare 1e999 or an int no double holds: out of range, not data
+            continue
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             values[k] = v
-    return Logged(obj["step"], float(obj.get("time") or 0.0), values, line)
+    return Logged(step, float(time), values, line), dropped
+
+
+class AttemptFile:
+    """One attempt's metrics.jsonl read line by line: its points as they come, counting what it skipped.
+
+    An incomplete last line is ignored (`torn`); another line that does not read is skipped and
+    counted (`damaged`); a line holding numbers out of range (the module says which) is counted in
+    `out_of_range`, its point skipped or its values out of range dropped. The counts are final once
+    `points()` is exhausted. Raises HistoryTooNew for a newer format. An absent file holds none.
+    """
+
+    def __init__(self, path: Path, attempt: int) -> None:
+        self.path, self.attempt = path, attempt
+        self.torn = False
+        self.damaged = 0
+        self.out_of_range = 0
+
+    def points(self) -> Iterator[Logged]:
+        self.torn, self.damaged, self.out_of_range = False, 0, 0
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 (closed below, also when the caller stops early)
+        except FileNotFoundError:
+            return
+        with f:
+            for number, raw in enumerate(f, start=1):
+                if not raw.endswith(b"\n"):  # the last line, without its newline: torn, ignored
+                    self.torn = bool(raw.strip())
+                    break
+                if not raw.strip():
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    self.damaged += 1
+                    continue
+                if number == 1 and isinstance(obj, dict) and obj.get("format") == FORMAT:
+                    _check_version(obj, self.path)
+                    continue
+                logged, dropped = _decode(obj, number)
+                if logged is None:
+                    self.damaged += 1
+                elif not isinstance(logged, Logged):
+                    self.out_of_range += 1
+                else:
+                    self.out_of_range += dropped
+                    yield logged
 
 
 def read_attempt(path: Path, attempt: int) -> AttemptLog:
-    """The points of one attempt's metrics.jsonl; an absent file holds none.
-
-    An incomplete last line is ignored (`torn`); another line that does not read
-    is skipped and counted (`damaged`). Raises HistoryTooNew for a newer format.
-    """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return AttemptLog(attempt, ())
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline
-    points: list[Logged] = []
-    damaged = 0
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            damaged += 1
-            continue
-        if number == 1 and isinstance(obj, dict) and obj.get("format") == FORMAT:
-            _check_version(obj, path)
-            continue
-        logged = _decode(obj, number)
-        if logged is None:
-            damaged += 1
-        else:
-            points.append(logged)
-    return AttemptLog(attempt, tuple(points), torn=bool(tail.strip()), damaged=damaged)
+    """The points of one attempt's metrics.jsonl, all in memory (AttemptFile reads them one at a time)."""
+    f = AttemptFile(path, attempt)
+    points = tuple(f.points())
+    return AttemptLog(attempt, points, torn=f.torn, damaged=f.damaged, out_of_range=f.out_of_range)
 
 
 def _check_version(head: dict[str, Any], path: Path) -> None:

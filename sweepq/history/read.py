@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from sweepq.history.format import read_attempt
 from sweepq.history.records import AttemptInfo, AttemptLog, CellHistory, CheckpointMark
 from sweepq.history.stitch import stitch
+from sweepq.history.stream import CellStream
 from sweepq.layout import CellPaths
 
 if TYPE_CHECKING:
@@ -44,6 +45,18 @@ def stitched_all(store: Store, cells: Iterable[str] | None = None) -> Iterator[C
         yield _history(store.root, cell, by_cell.get(cell, []), store)
 
 
+def streams(store: Store, cells: Iterable[str] | None = None) -> Iterator[CellStream]:
+    """Every cell's history as a CellStream (stream.py: stitched while read, in bounded memory), in the queue's
+    cell order or that of `cells`; each cell's files are scanned when its stream is made."""
+    by_cell: dict[str, list[AttemptRecord]] = {}
+    for a in store.attempts():
+        by_cell.setdefault(a.cell, []).append(a)
+    wanted = [c.id for c in store.cells()] if cells is None else list(cells)
+    for cell in wanted:
+        marks = [CheckpointMark(c.step, c.attempt, c.state) for c in store.checkpoints(cell)]
+        yield CellStream(store.root, cell, [AttemptInfo.of(a) for a in by_cell.get(cell, [])], marks)
+
+
 def _history(root: Path, cell: str, records: list[AttemptRecord], store: Store) -> CellHistory:
     logs = [attempt_log(root, cell, a.number) for a in records]
     marks = [CheckpointMark(c.step, c.attempt, c.state) for c in store.checkpoints(cell)]
@@ -53,6 +66,7 @@ def _history(root: Path, cell: str, records: list[AttemptRecord], store: Store) 
         {log.attempt: log.points for log in logs},
         marks,
         damaged={log.attempt: log.damaged for log in logs},
+        out_of_range={log.attempt: log.out_of_range for log in logs},
     )
 
 

@@ -41,6 +41,7 @@ class AttemptLog:
     points: tuple[Logged, ...]
     torn: bool = False
     damaged: int = 0
+    out_of_range: int = 0  # lines holding numbers no history holds (format.py): skipped, or their values dropped
 
 
 class Status(StrEnum):
@@ -131,6 +132,7 @@ class CellHistory:
     repeated: tuple[tuple[str, Point], ...] = ()  # (metric, point) off the curve: another is there
     checkpoints: tuple[CheckpointMark, ...] = ()
     damaged: dict[int, int] = field(default_factory=dict)  # attempt -> unreadable lines skipped
+    out_of_range: dict[int, int] = field(default_factory=dict)  # attempt -> lines with numbers out of range
 
     @property
     def metrics(self) -> list[str]:

@@ -29,6 +29,7 @@ def stitch(
     logs: Mapping[int, Sequence[Logged]],
     checkpoints: Iterable[CheckpointMark] = (),
     damaged: Mapping[int, int] | None = None,
+    out_of_range: Mapping[int, int] | None = None,
 ) -> CellHistory:
     """`logs`: attempt number -> its points as logged (an attempt without an entry logged nothing)."""
     ordered = sorted(attempts, key=lambda a: a.number)
@@ -64,6 +65,7 @@ def stitch(
         repeated=tuple(repeated),
         checkpoints=tuple(sorted(checkpoints, key=lambda c: c.step)),
         damaged={k: v for k, v in (damaged or {}).items() if v},
+        out_of_range={k: v for k, v in (out_of_range or {}).items() if v},
     )
 
 
