@@ -17,6 +17,7 @@ import contextlib
 import csv
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,9 +28,10 @@ from sweepq.atomic import fsync_dir, tmp_name
 from sweepq.cli.app import friendly, main, reading, root_option
 from sweepq.errors import UsageError
 from sweepq.history import tables
-from sweepq.history.read import stitched_all
-from sweepq.history.records import CellHistory
-from sweepq.layout import CellPaths, RootPaths
+from sweepq.history.read import skipped_lines, streams
+from sweepq.history.records import Status
+from sweepq.history.stream import CellStream
+from sweepq.layout import RootPaths
 from sweepq.spec.sweep import select_cells
 
 if TYPE_CHECKING:
@@ -83,15 +85,15 @@ def csv_command(dest: str, spec: str | None, root: str | None, cells: tuple[str,
         counted: dict[tuple[str, int], tuple[int, int]] = {}
 
         def metric_rows() -> Iterator[list[str]]:
-            """One cell at a time (a sweep's history need not fit in memory); counts for attempts.csv."""
-            for h in stitched_all(store, ids):
-                for attempt, n in h.damaged.items():
-                    click.echo(
-                        f"warning: {CellPaths(store.root, h.cell).metrics(attempt)}: {n} unreadable line(s) skipped",
-                        err=True,
-                    )
-                yield from tables.metric_rows(h)
-                counted.update(((h.cell, a), c) for a, c in tables.counts(h).items())
+            """Row by row, stitched while read (a cell's history need not fit in memory); counts for attempts.csv."""
+            for stream in _warned(streams(store, ids)):
+                logged: Counter[int] = Counter()
+                lost: Counter[int] = Counter()
+                for value in stream.values():
+                    logged[value[1].attempt] += 1
+                    lost[value[1].attempt] += value[2] is Status.LOST
+                    yield tables.value_row(stream.cell, value)
+                counted.update(((stream.cell, a), (n, lost[a])) for a, n in logged.items())
 
         _write_all(
             folder,
@@ -169,7 +171,7 @@ def tensorboard_command(dest: str, spec: str | None, root: str | None, cells: tu
         tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
         try:
             tmp.mkdir()
-            runs = (tb.CellRun(h, cfgs[h.cell]) for h in _warned(store.root, stitched_all(store, list(cfgs))))
+            runs = [tb.CellRun(s, cfgs[s.cell]) for s in _warned(streams(store, list(cfgs)))]  # scanned: small
             points = tb.write_runs(tmp, runs, metric.name if metric else None, metric.goal if metric else "max")
             (tmp / MARK).write_text("written by sweepq export tensorboard: replaced whole by the next export\n")
             _swap(tmp, target)
@@ -178,11 +180,12 @@ def tensorboard_command(dest: str, spec: str | None, root: str | None, cells: tu
     click.echo(f"wrote {points} points of {len(cfgs)} cells to {target}: view with tensorboard --logdir {target}")
 
 
-def _warned(root: Path, histories: Iterable[CellHistory]) -> Iterator[CellHistory]:
-    for h in histories:
-        for attempt, n in h.damaged.items():
-            click.echo(f"warning: {CellPaths(root, h.cell).metrics(attempt)}: {n} unreadable line(s) skipped", err=True)
-        yield h
+def _warned(cells: Iterable[CellStream]) -> Iterator[CellStream]:
+    """Each cell's history, once a line per file it skipped lines of is said (scanned: the counts are known)."""
+    for stream in cells:
+        for line in skipped_lines(stream.root, stream.cell, stream.damaged, stream.out_of_range):
+            click.echo(line, err=True)
+        yield stream
 
 
 def _replaceable(dest: Path) -> Path:
@@ -262,10 +265,10 @@ def mlflow_command(
         left_out: dict[tuple[str, str], list[str]] = {}
 
         def runs() -> Iterator[RunContent]:
-            for h in _warned(store.root, stitched_all(store, list(records))):
-                run = cell_run(records[h.cell], h, by_cell[h.cell])
+            for stream in _warned(streams(store, list(records))):
+                run = cell_run(records[stream.cell], stream, by_cell[stream.cell])
                 for what in run.left_out:
-                    left_out.setdefault(what, []).append(h.cell)
+                    left_out.setdefault(what, []).append(stream.cell)
                 yield run
 
         sweep = sweep_run(name, store.root.resolve(), store.cells(), attempts)

@@ -14,11 +14,13 @@ import click
 
 from sweepq.cli.app import friendly, main, reading, root_option
 from sweepq.errors import UsageError
-from sweepq.history.read import stitched_all
+from sweepq.history.read import skipped_lines, streams
 from sweepq.history.records import CellHistory
 from sweepq.spec.sweep import select_cells
 
 NEEDS_MATPLOTLIB = "sweepq plot needs matplotlib: pip install 'sweepq[plot]'"
+PICTURE_POINTS = 2_000_000  # the points all curves of a picture keep together while it is drawn
+MIN_POINTS = 100  # the fewest a curve keeps, however many cells
 
 
 @main.command()
@@ -44,8 +46,9 @@ def plot(
     """Draw each cell's metric curve, stitched across resumes, into FILE (.png or .svg).
 
     Lost tails (what an attempt logged after the step a later attempt resumed from)
-    are dashed in a lighter shade, checkpoints are dots on the curve, each cell's best
-    point (by the sweep's metric goal) is starred. With --by KEY: one curve per value of
+    are dashed in a lighter shade, checkpoints are dots on the curve; on the sweep's
+    metric, each cell's best point (by its goal) is starred: another metric has no
+    direction, so no best. With --by KEY: one curve per value of
     that cfg key, the mean over its cells with their min-max band. SPEC_OR_ROOT is the
     sweep file or its root folder (default: --root, else the current folder).
     """
@@ -56,9 +59,18 @@ def plot(
         raise UsageError(NEEDS_MATPLOTLIB) from e
     with reading(spec, root) as store:
         chosen = select_cells(store.cells(), cells) if cells else store.cells()
-        histories = list(stitched_all(store, [c.id for c in chosen]))
+        scanned = list(streams(store, [c.id for c in chosen]))  # a few numbers a metric each
+        for stream in scanned:
+            for line in skipped_lines(store.root, stream.cell, stream.damaged, stream.out_of_range):
+                click.echo(line, err=True)
         settings = store.settings()
-        name = choose_metric(histories, metric, settings.metric.name if settings.metric else None, store.root)
+        name = choose_metric(
+            [s.metrics for s in scanned], metric, settings.metric.name if settings.metric else None, store.root
+        )
+        # each curve read and cut to what a picture shows as it is read: a history need not fit in memory
+        limit = max(MIN_POINTS, min(draw.MAX_POINTS, PICTURE_POINTS // max(1, len(scanned))))
+        histories = [s.reduced(limit, [name]) for s in scanned]
+        # a best point only where "best" has a direction: the sweep's metric, by its goal; no other metric has one
         goal = settings.metric.goal if settings.metric and settings.metric.name == name else None
         title = f"{settings.name}: {name}"
         if by is None:
@@ -86,11 +98,12 @@ def _output(path: Path) -> Path:
     return path
 
 
-def choose_metric(histories: list[CellHistory], wanted: str | None, sweeps: str | None, root: Path) -> str:
-    """The metric to draw: the one asked for, else the sweep's metric, else the first one logged."""
+def choose_metric(metrics: list[list[str]], wanted: str | None, sweeps: str | None, root: Path) -> str:
+    """The metric to draw: the one asked for, else the sweep's metric, else the first one logged
+    (`metrics`: each cell's, in first-logged order)."""
     logged: dict[str, None] = {}
-    for h in histories:
-        logged.update(dict.fromkeys(m for m, s in h.series.items() if s.points))
+    for names in metrics:
+        logged.update(dict.fromkeys(names))
     if not logged:
         raise UsageError(
             f"no metric history in {root} for these cells: nothing was logged with run.log yet. "

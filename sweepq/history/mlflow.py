@@ -107,7 +107,7 @@ def write(client: MlflowClient, experiment: str, sweep: RunContent, cells: Itera
         for run in _search(client, experiment, f"tags.`{PARENT}` = '{done.parent}'"):
             children.setdefault(run.data.tags.get(CELL, ""), []).append(run)
         for content in cells:
-            done.points += len(content.metrics)
+            done.points += content.points
             old = children.get(content.tags[CELL], [])
             keep = next((r.info.run_id for r in old if r.data.tags.get(DIGEST) == content.digest), None)
             for r in old:
@@ -150,7 +150,7 @@ def _child(client: MlflowClient, experiment: str, parent: str, content: RunConte
     run_id = client.create_run(experiment, start_time=content.start_time, tags=tags, run_name=content.name).info.run_id
     for params in _chunks([Param(k, v) for k, v in content.params.items()], PARAMS_PER_BATCH):
         client.log_batch(run_id, params=params)
-    for metrics in _chunks([Metric(*m) for m in content.metrics], METRICS_PER_BATCH):
+    for metrics in _batches((Metric(*m) for m in content.metrics()), METRICS_PER_BATCH):  # as the files are read
         client.log_batch(run_id, metrics=metrics)
     _status(client, run_id, content)
     client.set_tag(run_id, DIGEST, content.digest)  # last: a run without it is unfinished, rewritten next time
@@ -172,6 +172,17 @@ def _search(client: MlflowClient, experiment: str, where: str) -> Iterator[Run]:
         token = page.token
         if not token:
             return
+
+
+def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

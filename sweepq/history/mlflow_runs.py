@@ -25,19 +25,20 @@ import hashlib
 import json
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sweepq.history.records import CellHistory, Status
+from sweepq.history.records import AttemptInfo, Point, Status
 from sweepq.history.tables import flat
 
 if TYPE_CHECKING:
+    from sweepq.history.stream import CellStream
     from sweepq.queue.records import AttemptRecord, CellRecord
 
-FORMAT = "sweepq-mlflow/1"  # part of every digest: a change of what a run holds rewrites every run
+FORMAT = "sweepq-mlflow/2"  # part of every digest: a change of what a run holds rewrites every run
 MAX_KEY = 250  # MLflow's limits (mlflow.utils.validation), checked here so that nothing is cut silently
 MAX_PARAM = 6000
 MAX_TAG = 8000
@@ -56,9 +57,17 @@ TERMINATED = frozenset({"FINISHED", "FAILED", "KILLED"})
 KIND, CELL, SWEEP, ROOT, DIGEST = "sweepq.kind", "sweepq.cell", "sweepq.sweep", "sweepq.root", "sweepq.digest"
 
 
+MetricPoint = tuple[str, float, int, int]  # (name, value, timestamp in ms, step)
+
+
+def _none() -> Iterator[MetricPoint]:
+    return iter(())
+
+
 @dataclass(frozen=True)
 class RunContent:
-    """One MLflow run as sweepq writes it. `metrics`: (name, value, timestamp in ms, step)."""
+    """One MLflow run as sweepq writes it. `metrics()`: its points, read again from the files at each call
+    (a history need not fit in memory); `points` of them; `metrics_digest`: the sha256 of them all."""
 
     name: str
     tags: dict[str, str]
@@ -66,21 +75,23 @@ class RunContent:
     start_time: int | None
     end_time: int | None
     params: dict[str, str] = field(default_factory=dict)
-    metrics: list[tuple[str, float, int, int]] = field(default_factory=list)
+    metrics: Callable[[], Iterator[MetricPoint]] = _none
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (what, why) MLflow could not hold
+    points: int = 0
+    metrics_digest: str = ""
 
     @property
     def digest(self) -> str:
         h = hashlib.sha256()
         head = [FORMAT, self.name, self.tags, self.status, self.start_time, self.end_time, self.params]
         h.update(json.dumps(head, sort_keys=True).encode())
-        for m in self.metrics:
-            h.update(repr(m).encode())
+        h.update(self.metrics_digest.encode())
         return h.hexdigest()
 
 
-def cell_run(cell: CellRecord, history: CellHistory, attempts: list[AttemptRecord]) -> RunContent:
-    """The child run of `cell` (its stitched `history`, its `attempts` in order)."""
+def cell_run(cell: CellRecord, history: CellStream, attempts: list[AttemptRecord]) -> RunContent:
+    """The child run of `cell` (its `history`, scanned; its `attempts` in order). Reads the history once here
+    (what the tags and the digest need) and again each time the run's metrics are written."""
     left_out: list[tuple[str, str]] = []
     params = {}
     for dotted, value in flat(cell.cfg, "cfg").items():
@@ -89,14 +100,26 @@ def cell_run(cell: CellRecord, history: CellHistory, attempts: list[AttemptRecor
             left_out.append((f"cfg key {key!r}", why))
         else:
             params[key] = text
-    metrics = []
-    for name, series in history.series.items():
-        if not series.points:  # every value superseded: nothing to log, nothing left out
-            continue
-        if why := refusal(name):
-            left_out.append((f"metric {name!r}", why))
-            continue
-        metrics += [(name, p.value, ms(p.time), p.step) for p in series.points]
+    refused = {name: why for name in history.metrics if (why := refusal(name))}
+    off = _OffCurve()
+    kept: set[str] = set()
+    points = 0
+    digest = hashlib.sha256()
+    for name, p, what, _ in history.values():
+        off.add(p, what)
+        if what is Status.KEPT:
+            kept.add(name)
+            if name not in refused:
+                points += 1
+                digest.update(repr((name, p.value, ms(p.time), p.step)).encode())
+    # a metric whose every value was superseded has nothing to log, nothing left out
+    left_out += [(f"metric {name!r}", why) for name, why in refused.items() if name in kept]
+
+    def metrics() -> Iterator[MetricPoint]:
+        for name, p, what, _ in history.values():
+            if what is Status.KEPT and name not in refused:
+                yield name, p.value, ms(p.time), p.step
+
     state = str(cell.state)
     tags = {
         KIND: "cell",
@@ -105,13 +128,14 @@ def cell_run(cell: CellRecord, history: CellHistory, attempts: list[AttemptRecor
         "sweepq.state": state,
         "sweepq.attempts": str(len(attempts)),
         "sweepq.reasons": ", ".join(f"{a.number}: {a.reason or 'running'}" for a in attempts),
-        **_off_curve(history),
+        **off.tags(history.attempts),
     }
     if left_out:
         tags["sweepq.left_out"] = clip("; ".join(f"{what}: {why}" for what, why in left_out))
     status = STATUS.get(state, "RUNNING")
     start = min((ms(a.started_at.timestamp()) for a in attempts), default=None)
-    return RunContent(cell.id, tags, status, start, _end(cell, attempts, status), params, metrics, left_out)
+    end = _end(cell, attempts, status)
+    return RunContent(cell.id, tags, status, start, end, params, metrics, left_out, points, digest.hexdigest())
 
 
 def sweep_run(name: str, root: Path, cells: list[CellRecord], attempts: Iterable[AttemptRecord]) -> RunContent:
@@ -172,35 +196,45 @@ def _end(cell: CellRecord, attempts: list[AttemptRecord], status: str) -> int | 
     return ms(t.timestamp()) if t is not None else None
 
 
-def _off_curve(history: CellHistory) -> dict[str, str]:
-    """Tags saying what was logged but is not on the curves, and why (absent when nothing)."""
-    tags: dict[str, str] = {}
-    logged = sorted({p.attempt for _, p, _, _ in history.every_value()})
-    resumed = {a.number: a.start_step if a.resumed else None for a in history.attempts}
-    by_attempt: dict[int, list[int]] = {}
-    for tail in history.lost:
-        by_attempt.setdefault(tail.attempt, []).extend(p.step for p in tail.points)
-    if by_attempt:
-        tags["sweepq.lost_values"] = str(sum(len(s) for s in by_attempt.values()))
-        tags["sweepq.lost"] = clip(
-            "; ".join(_lost_words(a, steps, history, logged, resumed) for a, steps in by_attempt.items())
-        )
-    repeated = sum(1 for _, _, status, _ in history.every_value() if status is Status.REPEATED)
-    if repeated:
-        tags["sweepq.repeated_values"] = str(repeated)
-    return tags
+class _OffCurve:
+    """What was logged but is not on the curves, counted as the values go by: tags saying how much and why."""
 
+    def __init__(self) -> None:
+        self.logged: set[int] = set()  # attempts that logged a value
+        self.lost: dict[int, list[int]] = {}  # attempt -> [values lost, lowest step, highest step]
+        self.repeated = 0
 
-def _lost_words(
-    attempt: int, steps: list[int], history: CellHistory, logged: list[int], resumed: dict[int, int | None]
-) -> str:
-    """`attempt 1 (lost): 2 values at steps 6-7 not logged: attempt 2 resumed from step 5`."""
-    reason = next((a.reason for a in history.attempts if a.number == attempt), None) or "running"
-    later = next((n for n in logged if n > attempt), None)
-    if later is None:
-        how = "a later attempt superseded them"
-    elif resumed.get(later) is None:
-        how = f"attempt {later} started from scratch"
-    else:
-        how = f"attempt {later} resumed from step {resumed[later]}"
-    return f"attempt {attempt} ({reason}): {len(steps)} values at steps {min(steps)}-{max(steps)} not logged: {how}"
+    def add(self, p: Point, status: Status) -> None:
+        self.logged.add(p.attempt)
+        if status is Status.LOST:
+            seen = self.lost.get(p.attempt)
+            if seen is None:
+                self.lost[p.attempt] = [1, p.step, p.step]
+            else:
+                seen[0] += 1
+                seen[1], seen[2] = min(seen[1], p.step), max(seen[2], p.step)
+        elif status is Status.REPEATED:
+            self.repeated += 1
+
+    def tags(self, attempts: Sequence[AttemptInfo]) -> dict[str, str]:
+        """Absent when nothing is off the curves."""
+        tags: dict[str, str] = {}
+        if self.lost:
+            tags["sweepq.lost_values"] = str(sum(n for n, _, _ in self.lost.values()))
+            tags["sweepq.lost"] = clip("; ".join(self._words(a, attempts) for a in sorted(self.lost)))
+        if self.repeated:
+            tags["sweepq.repeated_values"] = str(self.repeated)
+        return tags
+
+    def _words(self, attempt: int, attempts: Sequence[AttemptInfo]) -> str:
+        """`attempt 1 (lost): 2 values at steps 6-7 not logged: attempt 2 resumed from step 5`."""
+        n, low, high = self.lost[attempt]
+        reason = next((a.reason for a in attempts if a.number == attempt), None) or "running"
+        later = next((a for a in attempts if a.number > attempt and a.number in self.logged), None)
+        if later is None:
+            how = "a later attempt superseded them"
+        elif not later.resumed:
+            how = f"attempt {later.number} started from scratch"
+        else:
+            how = f"attempt {later.number} resumed from step {later.start_step}"
+        return f"attempt {attempt} ({reason}): {n} values at steps {low}-{high} not logged: {how}"

@@ -2,7 +2,8 @@
 
 One curve per cell (`draw_cells`): the stitched series solid, each lost tail dashed in
 a lighter shade of the cell's colour, the cell's checkpoints as small markers on the
-curve, its best point starred and labelled. Or one curve per value of a cfg key
+curve, its best point starred and labelled when the metric has a goal (the sweep's
+metric; any other has no direction, so no best). Or one curve per value of a cfg key
 (`draw_groups`): the mean over that value's cells and a min-max band. No drawn line
 holds more than MAX_POINTS points (`downsample` keeps each bucket's min and max, so a
 spike survives). Only `sweepq plot` imports this module: matplotlib is an optional extra.
@@ -129,9 +130,10 @@ def _between(curve: tuple[Point, ...], step: int) -> float:
 
 
 def _best(ax: Axes, curve: tuple[Point, ...], colour: str, goal: str | None, label: bool) -> Point | None:
-    """Star the curve's best point (by the metric's goal; max when none is set); `label`: write its value."""
+    """Star the curve's best point by the metric's goal; `label`: write its value. No goal, no star: a metric
+    that is not the sweep's has no direction (the highest loss is its worst point)."""
     finite = [p for p in curve if math.isfinite(p.value)]
-    if not finite:
+    if goal not in ("min", "max") or not finite:
         return None
     best = min(finite, key=lambda p: p.value) if goal == "min" else max(finite, key=lambda p: p.value)
     ax.plot([best.step], [best.value], marker="*", markersize=11, color=colour, markeredgecolor="black", zorder=5)

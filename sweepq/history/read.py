@@ -82,3 +82,16 @@ def _store(root: Path, given: Store | None) -> Iterator[Store]:
         yield opened
     finally:
         opened.close()
+
+
+def skipped_lines(root: Path, cell: str, damaged: dict[int, int], out_of_range: dict[int, int]) -> Iterator[str]:
+    """A warning a metrics.jsonl whose lines were skipped: unreadable ones, numbers out of range (format.py)."""
+    for attempt in sorted({*damaged, *out_of_range}):
+        path = CellPaths(root, cell).metrics(attempt)
+        if damaged.get(attempt):
+            yield f"warning: {path}: {damaged[attempt]} unreadable line(s) skipped"
+        if out_of_range.get(attempt):
+            yield (
+                f"warning: {path}: {out_of_range[attempt]} line(s) held numbers out of range, skipped (a step "
+                "beyond 64-bit integers, a time that is not a finite number, a value beyond a double)"
+            )

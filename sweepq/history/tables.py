@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sweepq.history.records import CellHistory, Status
 
 if TYPE_CHECKING:
+    from sweepq.history.stream import Value
     from sweepq.queue.records import AttemptRecord, CellRecord
 
 METRICS_HEADER = ["cell", "attempt", "step", "name", "value", "time", "status", "reason"]
@@ -71,17 +72,23 @@ def flat(d: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 def metric_rows(history: CellHistory) -> Iterator[list[str]]:
     """metrics.csv: every logged value once, by attempt and line; `reason` for lost ones (the attempt's)."""
-    for metric, p, status, reason in history.every_value():
-        yield [
-            history.cell,
-            str(p.attempt),
-            str(p.step),
-            metric,
-            text(p.value),
-            text(p.time),
-            str(status),
-            text(reason) if status is Status.LOST else "",
-        ]
+    for value in history.every_value():
+        yield value_row(history.cell, value)
+
+
+def value_row(cell: str, value: Value) -> list[str]:
+    """metrics.csv's row of one logged value, as `metric_rows` writes it (the export streams them)."""
+    metric, p, status, reason = value
+    return [
+        cell,
+        str(p.attempt),
+        str(p.step),
+        metric,
+        text(p.value),
+        text(p.time),
+        str(status),
+        text(reason) if status is Status.LOST else "",
+    ]
 
 
 def counts(history: CellHistory) -> dict[int, tuple[int, int]]:

@@ -11,7 +11,10 @@ hparam and metric, goes into the first run only: TensorBoard reads one.
 Only `tensorboard`'s protos and record writer are used (no torch, no TensorFlow),
 imported here only: the module is loaded by `sweepq export tensorboard` alone.
 The files are written synchronously under fixed names, so the same histories
-give the same bytes.
+give the same bytes. A run's points are written as its history is read
+(history/stream.py), in the order they were logged, through a spool file beside
+the events file (the events that open a run need the time of its first point):
+memory does not grow with a history's length.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,31 +33,30 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from sweepq.history.records import CellHistory, Series
+from sweepq.history.records import Status
+from sweepq.history.stream import CellStream
 
 EVENTS_FILE = "events.out.tfevents.0000000000.sweepq"  # "tfevents" in the name is what TensorBoard looks for
 
 
 @dataclass(frozen=True)
 class CellRun:
-    """What one cell's run is made of: its stitched history and its cfg."""
+    """What one cell's run is made of: its history (scanned, read again as it is written) and its cfg."""
 
-    history: CellHistory
+    history: CellStream
     cfg: dict[str, Any]
 
 
 def write_runs(folder: Path, runs: Iterable[CellRun], metric: str | None, goal: str = "max") -> int:
     """Write one run a cell into `folder` (which must exist); `metric`/`goal`: the sweep's. Returns points written."""
-    runs = list(runs)
+    runs = list(runs)  # scanned histories: a few numbers a metric each
     hparams = [_hparams(r.cfg) for r in runs]
     types = _types(hparams)
     metrics = _metric_names(runs, metric)
     written = 0
     for i, (run, values) in enumerate(zip(runs, hparams, strict=True)):
-        summaries = [_session_start(values, types, run.history)]
-        if i == 0:
-            summaries.insert(0, _experiment(types, _differing(hparams), metrics))
-        written += _write_run(folder / run.history.cell, run.history, summaries, metric, goal)
+        experiment = _experiment(types, _differing(hparams), metrics) if i == 0 else None
+        written += _write_run(folder / run.history.cell, run.history, values, types, experiment, metric, goal)
     return written
 
 
@@ -103,7 +107,7 @@ def _value(v: Any, kind: int) -> Any:
 
 def _metric_names(runs: list[CellRun], metric: str | None) -> list[str]:
     """Every logged metric, in first-logged order over the cells; `best/<metric>` first when any cell logged it."""
-    names = list(dict.fromkeys(m for r in runs for m in r.history.series))
+    names = list(dict.fromkeys(m for r in runs for m in r.history.metrics))
     return ([f"best/{metric}"] if metric in names else []) + names
 
 
@@ -129,42 +133,57 @@ def _experiment(types: dict[str, int], differ: set[str], metrics: list[str]) -> 
     return _summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment))
 
 
-def _session_start(values: dict[str, Any], types: dict[str, int], history: CellHistory) -> summary_pb2.Summary:
-    times = [s.points[0].time for s in history.series.values() if s.points]
-    info = plugin_data_pb2.SessionStartInfo(start_time_secs=min(times, default=0.0))
+def _session_start(values: dict[str, Any], types: dict[str, int], start: float) -> summary_pb2.Summary:
+    info = plugin_data_pb2.SessionStartInfo(start_time_secs=start)
     for k, v in values.items():
         info.hparams[k].CopyFrom(_value(v, types[k]))
     return _summary(metadata.SESSION_START_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=info))
 
 
-def _best(series: Series, goal: str) -> tuple[int, float, float] | None:
-    """(step, value, time) of the best finite kept value; the first of equals."""
-    finite = [p for p in series.points if math.isfinite(p.value)]
-    if not finite:
-        return None
-    p = (max if goal == "max" else min)(finite, key=lambda p: p.value)
-    return p.step, p.value, p.time
-
-
 def _write_run(
-    folder: Path, history: CellHistory, summaries: list[summary_pb2.Summary], metric: str | None, goal: str
+    folder: Path,
+    history: CellStream,
+    values: dict[str, Any],
+    types: dict[str, int],
+    experiment: summary_pb2.Summary | None,
+    metric: str | None,
+    goal: str,
 ) -> int:
+    """The run's events: its opening (file version, experiment, session start at its first point's time), then
+    every kept point as logged, then best/<metric>: the best finite kept value, the first of equals."""
     folder.mkdir()
-    start = min((s.points[0].time for s in history.series.values() if s.points), default=0.0)
-    events = [event_pb2.Event(wall_time=start, file_version="brain.Event:2")]
-    events += [event_pb2.Event(wall_time=start, step=0, summary=s) for s in summaries]
-    scalars = [_scalar(name, p.step, p.value, p.time) for name, s in history.series.items() for p in s.points]
-    events += sorted(scalars, key=lambda e: e.step)  # in step order, as training logged them
-    best = _best(history.series[metric], goal) if metric in history.series else None
-    if metric is not None and best is not None:
-        events.append(_scalar(f"best/{metric}", *best))
-    with open(folder / EVENTS_FILE, "wb") as f:
-        writer = RecordWriter(f)
-        for e in events:
-            writer.write(e.SerializeToString())
-        f.flush()
-        os.fsync(f.fileno())
-    return sum(len(s.points) for s in history.series.values())
+    firsts: dict[str, tuple[int, float]] = {}  # metric -> (step, time) of its lowest kept step
+    best: tuple[int, float, float] | None = None
+    written = 0
+    with tempfile.TemporaryFile(dir=folder) as spool:
+        points = RecordWriter(spool)
+        for name, p, status, _ in history.values():
+            if status is not Status.KEPT:
+                continue
+            points.write(_scalar(name, p.step, p.value, p.time).SerializeToString())
+            written += 1
+            first = firsts.get(name)
+            if first is None or p.step < first[0]:
+                firsts[name] = (p.step, p.time)
+            better = best is None or (p.value > best[1] if goal == "max" else p.value < best[1])
+            if name == metric and math.isfinite(p.value) and better:
+                best = (p.step, p.value, p.time)
+        start = min((t for _, t in firsts.values()), default=0.0)
+        opening = [event_pb2.Event(wall_time=start, file_version="brain.Event:2")]
+        summaries = [s for s in (experiment, _session_start(values, types, start)) if s is not None]
+        opening += [event_pb2.Event(wall_time=start, step=0, summary=s) for s in summaries]
+        with open(folder / EVENTS_FILE, "wb") as f:
+            writer = RecordWriter(f)
+            for e in opening:
+                writer.write(e.SerializeToString())
+            f.flush()
+            spool.seek(0)
+            shutil.copyfileobj(spool, f, 1 << 20)
+            if metric is not None and best is not None:
+                writer.write(_scalar(f"best/{metric}", *best).SerializeToString())
+            f.flush()
+            os.fsync(f.fileno())
+    return written
 
 
 def _scalar(tag: str, step: int, value: float, time: float) -> event_pb2.Event:

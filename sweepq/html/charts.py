@@ -3,7 +3,8 @@
 One pass over the cells' stitched histories (a sweep's history need not fit in
 memory): each curve is cut to its share of the chart's points at once. Up to MANY
 cells, every cell that logged a metric gets a line (solid where kept, its lost
-tails beside it, its checkpoints and its best point); beyond, a line each for the
+tails beside it, its checkpoints and, on the sweep's metric, its best point by the
+sweep's goal: another metric has no direction, so no best); beyond, a line each for the
 TOP cells only, and over all of them the median and the 10-90 % band, from each
 curve cut to SUMMARY_POINTS points. Charts go to the sweep's metric, then to the
 metrics most cells logged, MAX_CHARTS at most.
@@ -64,7 +65,7 @@ class Band:
 @dataclass(frozen=True)
 class Chart:
     metric: str
-    goal: str | None  # "min" or "max" when it is the sweep's metric; None: the highest point is marked
+    goal: str | None  # "min" or "max" when it is the sweep's metric; None: no direction, no best point marked
     cells: int  # how many cells logged it
     lines: tuple[Line, ...]
     band: Band | None = None  # with more than MANY cells
@@ -156,14 +157,15 @@ class _Collector:
         if len(marked) > self.marks:  # evenly spread, the newest kept
             marked = marked[np.unique(np.linspace(0, len(marked) - 1, self.marks).round().astype(int))]
         on_curve = np.interp(marked, steps, values) if len(marked) else marked
-        pick = values.argmin() if self.goal(name) == "min" else values.argmax()
+        goal = self.goal(name)  # only the sweep's metric has a direction: no other gets a best point
+        pick = values.argmin() if goal == "min" else values.argmax() if goal == "max" else None
         return Line(
             h.cell,
             self.colour.get(h.cell, 0),
             *reduce(steps, values, self.limit),
             tuple(tails),
             tuple(zip(marked.tolist(), on_curve.tolist(), strict=True)),
-            (float(steps[pick]), float(values[pick])),
+            None if pick is None else (float(steps[pick]), float(values[pick])),
         )
 
     def charts(self) -> Charts:

@@ -1,9 +1,10 @@
 """What the HTML report shows, read once: the queue through a read-only store, each attempt's history file.
 
 Read like every read command: committed rows, and each metrics.jsonl up to its last
-whole line. The histories are read one cell at a time and reduced at once
-(charts.py), so a sweep of 10,000 cells costs the memory of its charts, not of its
-history.
+whole line. The histories are read one cell at a time, each curve cut to READ_POINTS
+as its file is read (history/stream.py) and reduced again at once (charts.py), so a
+sweep of 10,000 cells, or a cell of a million points, costs the memory of its
+charts, not of its history.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from sweepq.cli.report import by_reason
-from sweepq.history.read import stitched_all
+from sweepq.history.read import streams
 from sweepq.history.records import CellHistory
-from sweepq.html.charts import MANY, Charts, collect
+from sweepq.html.charts import LINE_POINTS, MANY, Charts, collect
 from sweepq.queue.records import AttemptRecord, CellRecord
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import Settings
 from sweepq.version import __version__
+
+READ_POINTS = 2 * LINE_POINTS[1]  # a curve's points kept while read: more than a chart's line draws
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,9 @@ def gather(store: Store, many: int = MANY, now: datetime | None = None) -> Repor
     damaged: dict[tuple[str, int], int] = {}
 
     def histories() -> Iterator[CellHistory]:
-        for h in stitched_all(store, [c.id for c in cells]):
-            damaged.update(((h.cell, a), n) for a, n in h.damaged.items())
-            yield h
+        for stream in streams(store, [c.id for c in cells]):
+            damaged.update(((stream.cell, a), n) for a, n in stream.damaged.items())
+            yield stream.reduced(READ_POINTS)  # cut as it is read: a history need not fit in memory
 
     charts = collect(histories(), cells, settings.metric, many)
     return Report(

@@ -124,7 +124,8 @@ def curves(r: Report) -> str:
     intro = (
         "<p>Each cell's curve, stitched across its attempts: solid where kept, <span class=dash>dashed</span> where "
         "an attempt's points were lost (logged after the checkpoint the next attempt resumed from), dots at "
-        f"checkpoints, a ringed dot at the cell's best point. {_colours(r)}; point at a line for its cell.</p>"
+        f"checkpoints, a ringed dot at the cell's best point of the sweep's metric (by its goal; another metric has "
+        f"no direction, so no best). {_colours(r)}; point at a line for its cell.</p>"
     )
     figures = [_figure(chart) for chart in r.charts.charts]
     if not figures:

@@ -150,7 +150,7 @@ def _line(line: Line, scale: _Scale, goal: str | None) -> str:
         out.append(f'<path class="k p{k}" d="{dots}"><title>{cell}: checkpoints</title></path>')
     if line.best is not None:
         (x,), (y,) = scale.xs(np.array([line.best[0]])), scale.ys(np.array([line.best[1]]))
-        word = {"min": "best (lowest)", "max": "best (highest)"}.get(goal or "", "highest")
+        word = {"min": "best (lowest)", "max": "best (highest)"}.get(goal or "", "best")  # charts.py: goal or none
         out.append(
             f'<circle class="b p{k}" cx="{x}" cy="{y}" r="4"><title>{cell}: {word} {label(line.best[1])} '
             f"at step {label(line.best[0])}</title></circle>"

@@ -113,13 +113,13 @@ def test_grouped_by_a_cfg_key_draws_one_mean_curve_per_value(tmp_path: Path) -> 
 
 
 def test_the_metric_is_the_one_asked_else_the_sweeps_else_the_first_logged(tmp_path: Path) -> None:
-    cells = [_cell("1.1", 1.0)]
+    cells = [_cell("1.1", 1.0).metrics]  # each cell's metrics, in first-logged order
     assert choose_metric(cells, None, "val_acc", tmp_path) == "loss"
     assert choose_metric(cells, "loss", None, tmp_path) == "loss"
     with pytest.raises(UsageError, match="no cell logged a metric named 'acc'; the metrics logged are: loss"):
         choose_metric(cells, "acc", None, tmp_path)
     with pytest.raises(UsageError, match="no metric history"):
-        choose_metric([CellHistory("1.1", (), {})], None, None, tmp_path)
+        choose_metric([CellHistory("1.1", (), {}).metrics], None, None, tmp_path)
 
 
 def test_the_command_on_a_finished_root_only_reads_it(tmp_path: Path, launch: Launch) -> None:
