@@ -10,7 +10,6 @@ from sweepq.cli import render
 from sweepq.cli.app import friendly, json_option, main, out, print_json, reading, root_option, sqlite_reading
 from sweepq.cli.read_commands import place_argument
 from sweepq.errors import UsageError
-from sweepq.layout import CellPaths
 
 
 @main.command()
@@ -65,6 +64,7 @@ def report(
 
 def _html(spec: str | None, root: str | None, html_file: str, as_json: bool) -> None:
     """`--html FILE`: the cells, curves, hours and failures in one self-contained page."""
+    from sweepq.history.read import skipped_lines
     from sweepq.html import page
     from sweepq.html.gather import gather
 
@@ -73,10 +73,11 @@ def _html(spec: str | None, root: str | None, html_file: str, as_json: bool) -> 
     path = page.output(Path(html_file))  # before the root is read: a refused FILE costs nothing
     with reading(spec, root) as store:
         report = gather(store)
-    for (cell, attempt), n in sorted(report.damaged.items()):
-        click.echo(
-            f"warning: {CellPaths(report.root, cell).metrics(attempt)}: {n} unreadable line(s) skipped", err=True
-        )
+    for cell in dict.fromkeys(c for c, _ in sorted({*report.damaged, *report.out_of_range})):
+        damaged = {a: n for (c, a), n in report.damaged.items() if c == cell}
+        out_of_range = {a: n for (c, a), n in report.out_of_range.items() if c == cell}
+        for line in skipped_lines(report.root, cell, damaged, out_of_range):
+            click.echo(line, err=True)
     size = page.write(path, report)
     drawn = len(report.charts.charts)
     click.echo(

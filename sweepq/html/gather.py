@@ -39,6 +39,7 @@ class Report:
     reasons: list[dict[str, Any]]  # report.by_reason: attempts and hours per termination reason
     charts: Charts
     damaged: dict[tuple[str, int], int] = field(default_factory=dict)  # (cell, attempt) -> unreadable lines
+    out_of_range: dict[tuple[str, int], int] = field(default_factory=dict)  # -> lines with numbers out of range
     version: str = __version__
 
     @property
@@ -52,10 +53,12 @@ def gather(store: Store, many: int = MANY, now: datetime | None = None) -> Repor
     attempts = store.attempts()
     settings = store.settings()
     damaged: dict[tuple[str, int], int] = {}
+    out_of_range: dict[tuple[str, int], int] = {}
 
     def histories() -> Iterator[CellHistory]:
         for stream in streams(store, [c.id for c in cells]):
             damaged.update(((stream.cell, a), n) for a, n in stream.damaged.items())
+            out_of_range.update(((stream.cell, a), n) for a, n in stream.out_of_range.items())
             yield stream.reduced(READ_POINTS)  # cut as it is read: a history need not fit in memory
 
     charts = collect(histories(), cells, settings.metric, many)
@@ -68,4 +71,5 @@ def gather(store: Store, many: int = MANY, now: datetime | None = None) -> Repor
         reasons=by_reason(attempts),
         charts=charts,
         damaged=damaged,
+        out_of_range=out_of_range,
     )

@@ -49,6 +49,15 @@ def header(r: Report) -> str:
             for (c, a), n in sorted(r.damaged.items())
         )
         out.append(f'<p class="warn">unreadable lines skipped in metric history: {files}</p>')
+    if r.out_of_range:
+        files = ", ".join(
+            f"<code>{e(_in_root(r, CellPaths(r.root, c).metrics(a)))}</code> ({n})"
+            for (c, a), n in sorted(r.out_of_range.items())
+        )
+        out.append(
+            '<p class="warn">lines with numbers out of range skipped in metric history (a step beyond 64-bit '
+            f"integers, a time that is not a finite number, a value beyond a double): {files}</p>"
+        )
     out.append("</header>")
     return "".join(out)
 
