@@ -26,7 +26,7 @@ from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
 
 
-def launch_detached(spec: str, root: str | None, workers: int, gpus: list[str], accept_changed: bool) -> int:
+def launch_detached(spec: str, root: str | None, workers: int, gpus: list[str], accept_changed: bool | str) -> int:
     prepared = prepare(spec, root, accept_changed)  # raises UsageError: nothing written, nothing started
     live = launch_lock.holder(prepared.root)
     if live is not None:
@@ -35,7 +35,7 @@ def launch_detached(spec: str, root: str | None, workers: int, gpus: list[str], 
     argv = [sys.executable, "-m", "sweepq.cli", "launch", str(Path(spec).resolve()), "--root", str(prepared.root)]
     argv += ["--workers", str(workers), "--no-live"]
     argv += ["--gpus", ",".join(gpus)] if gpus else []
-    argv += ["--accept-changed"] if accept_changed else []
+    argv += ["--rerun-changed"] if accept_changed == "rerun" else ["--accept-changed"] if accept_changed else []
     log = RootPaths(prepared.root).launch_log
     log.parent.mkdir(parents=True, exist_ok=True)
     read_end, write_end = os.pipe()

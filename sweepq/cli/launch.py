@@ -65,10 +65,10 @@ class Prepared:
     sweep: Sweep
     root: Path
     plan: reconcile.ReconcilePlan  # made from a read; apply() makes it again inside its write
-    accept_changed: bool
+    accept_changed: reconcile.Accept  # False, reconcile.KEEP (or True) or reconcile.RERUN
 
 
-def prepare(spec: str, root: str | None, accept_changed: bool) -> Prepared:
+def prepare(spec: str, root: str | None, accept_changed: reconcile.Accept) -> Prepared:
     """Everything that can fail on bad input, before anything is written."""
     sweep = load_sweep(spec)
     target = preflight(sweep, spec, root, check_entry=True).root  # as plan does, and the train: function
@@ -94,7 +94,13 @@ def apply(p: Prepared, launcher: Launcher | None = None) -> Store:
         if launcher is not None and (p.plan.new or store.unsettled() > 0):
             launcher.start_workers()  # their start overlaps writing 100,000 new cells, or checking markers
         planner = partial(reconcile.plan, p.sweep, accept_changed=p.accept_changed)
-        p.plan = store.apply_reconcile(p.sweep.settings, str(p.sweep.path), planner, reconcile.plan_digest(p.sweep))
+        p.plan = store.apply_reconcile(
+            p.sweep.settings,
+            str(p.sweep.path),
+            planner,
+            reconcile.plan_digest(p.sweep),
+            rerun=p.accept_changed == reconcile.RERUN,
+        )
         store.keep_spans()  # those of an older root, or made stale since: `status` then reads them
     except BaseException:
         if launcher is not None:
@@ -321,7 +327,7 @@ def launch(
     root: str | None,
     workers: int,
     gpus: list[str],
-    accept_changed: bool,
+    accept_changed: reconcile.Accept,
     terminal: Terminal,
     live: bool,
     ready_fd: int | None = None,

@@ -25,6 +25,13 @@ def describe_start(store: Store, sweep: Sweep, root: Path, plan: reconcile.Recon
         console.print(f"  new cells: {listed([c.id for c in plan.new[:LISTED]], len(plan.new))}")
     if plan.removed:
         console.print(f"  [yellow]no longer in the file (kept, not run):[/] {listed(plan.removed)}")
+    if plan.kept_done and not plan.rerun:
+        console.print(
+            f"  [yellow]{KEPT_DONE}:[/] {listed(plan.kept_done)}",
+            highlight=False,
+        )
+    if plan.requeued:
+        console.print(f"  {REQUEUED}: {listed(plan.requeued)}", highlight=False)
     done, resume, queued = (census.counts.get(state, 0) for state in _TOLD)
     if done:
         console.print(f"  skipping (done): {listed(census.first[CellState.DONE], done)}")
@@ -37,6 +44,11 @@ def describe_start(store: Store, sweep: Sweep, root: Path, plan: reconcile.Recon
 
 
 _TOLD = (CellState.DONE, CellState.INTERRUPTED, CellState.QUEUED)
+KEPT_DONE = (
+    "done under their old cfg (results kept and shown with the cfg they ran with; "
+    "`sweepq reset CELL` or --rerun-changed runs the new one)"
+)
+REQUEUED = "queued again under their new cfg (old results in their history)"
 
 
 def ending(census: Census) -> Text:

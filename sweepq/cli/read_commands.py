@@ -258,7 +258,8 @@ def show(cell: str | None, spec: str | None, root: str | None, as_json: bool) ->
         if as_json:
             d = rec.to_json()
             d.update(
-                cfg=rec.cfg,
+                cfg=rec.result_cfg,  # the one its result came from; new_cfg: the file's, when it differs
+                new_cfg=rec.new_cfg,
                 cfg_hash=rec.cfg_hash,
                 attempts=[a.to_json() for a in attempts],
                 checkpoints=[c.to_json() for c in ckpts],

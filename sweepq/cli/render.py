@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
+from sweepq.analysis.grid import flatten
 from sweepq.cli import params
 from sweepq.cli.columns import METRIC, PARAMS, SAME, kept, ranks
 from sweepq.cli.fit import Column, FittedTable, short_header
@@ -208,7 +209,7 @@ def status_table(
             "right",
             short_values=[fmt_rate(rates.get(c.id), short=True) for c in cells],
         ),
-        *params.columns([c.cfg for c in cells], all_params, rank[PARAMS], rank[SAME]),
+        *params.columns([c.result_cfg for c in cells], all_params, rank[PARAMS], rank[SAME]),
         Column(mname or "metric", mvalues, rank[METRIC], "right", short_name=short_header(mname, mvalues)),
         Column("best", [fmt_num(c.best) for c in cells], rank["best"], "right"),
         Column("attempts", [str(c.attempts) if c.attempts else "" for c in cells], rank["attempts"], "right"),
@@ -224,7 +225,7 @@ def status_table(
     table = FittedTable(cols, kept=kept("status"), title=title)
     if footer is not None:
         return Group(table, Text(""), footer)
-    return Group(table, params.Constants([c.cfg for c in cells], all_params), Text(""), summary(cells))
+    return Group(table, params.Constants([c.result_cfg for c in cells], all_params), Text(""), summary(cells))
 
 
 def status_footer(counts: Mapping[CellState, int], removed: int, shown: int, why: str) -> Group:
@@ -248,6 +249,7 @@ class _Told:
 
     def note(self, c: CellRecord) -> str:
         parts = [
+            ran_older_note(c),
             "cancel requested" if c.cancel_requested else self._retry(c),
             f"no progress for {fmt_age(self.stalls[c.id])}" if c.id in self.stalls else "",
             self.notes.get(c.id, "") if c.state is not CellState.RUNNING else "",
@@ -261,6 +263,28 @@ class _Told:
         # `updated_at`, and due at once on a clock set back before it.
         wait = min(c.retry_after - self.now, c.retry_after - c.updated_at).total_seconds()
         return f"retry in {fmt_seconds(wait)}" if wait > 0 and self.now >= c.updated_at else "retry due"
+
+
+def ran_older_note(c: CellRecord) -> str:
+    """What a done cell kept under an older cfg says beside its result (launch --accept-changed): the values
+    it ran with are those in its cfg columns; the sweep file's new ones run only when asked."""
+    if c.new_cfg is None:
+        return ""
+    return f"ran with an older cfg ({cfg_change(c.result_cfg, c.new_cfg)}); `sweepq reset {c.id}` runs the new one"
+
+
+def cfg_change(ran: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """`epochs=2, now 4`: each flattened key whose value differs, as it ran and as the file gives it now."""
+    a, b = flatten(ran), flatten(now)
+
+    def spelt(flat: Mapping[str, Any], k: str) -> str:
+        return params.full(flat[k]) if k in flat else "(none)"
+
+    return ", ".join(
+        f"{k}={spelt(a, k)}, now {spelt(b, k)}"
+        for k in sorted(set(a) | set(b))
+        if (k in a) != (k in b) or a.get(k) != b.get(k)
+    )
 
 
 def fmt_age(s: float) -> str:
@@ -371,7 +395,11 @@ def best_table(rows: Sequence[dict[str, Any]], metric: Metric | None, all_params
     cols = [
         Column("rank", [str(r["rank"] or "") for r in rows], rank["rank"], "right"),
         Column("cell", [r["cell"] for r in rows], rank["cell"]),
-        Column("state", [r["state"] for r in rows], rank["state"]),
+        Column(
+            "state",
+            [r["state"] + (" (ran with an older cfg)" if r.get("new_cfg") is not None else "") for r in rows],
+            rank["state"],
+        ),
         *params.columns([r["cfg"] for r in rows], all_params, rank[PARAMS], rank[SAME]),
         Column(name, values, rank[METRIC], "right", short_name=short_header(mname, values)),
         Column("step", [str(r["step"] or "") for r in rows], rank["step"], "right"),

@@ -22,6 +22,7 @@ from sweepq.cli.render import (
     fmt_progress,
     fmt_step,
     fmt_time,
+    ran_older_note,
 )
 from sweepq.execution import usage_text
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
@@ -40,7 +41,9 @@ def show_cell(
     head.add_column(overflow="fold")  # a long string value folds; numbers are short
     head.add_row("cell", f"{cell.id} (group {cell.group_name})")
     head.add_row("state", Text(str(cell.state), style=STATE_STYLE[cell.state]))
-    head.add_row("cfg", cfg_grid(cell.cfg))
+    head.add_row("cfg", cfg_grid(cell.result_cfg))  # the cfg its result (below) came from
+    if cell.new_cfg is not None:
+        head.add_row("", Text(ran_older_note(cell), style="yellow"))
     prog = " ".join(
         x
         for x in (

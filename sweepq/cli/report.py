@@ -92,7 +92,8 @@ def best_per_cell(store: CellReads, metric: Metric | None, top: int) -> list[dic
                 "step": best_ckpt[1].step if best_ckpt else c.best_step,
                 "checkpoint": best_ckpt[1].path if best_ckpt else None,
                 "rank": None,
-                "cfg": c.cfg,
+                "cfg": c.result_cfg,  # the cfg the best came from (a done cell may hold an older one's result)
+                "new_cfg": c.new_cfg,
             }
         )
     # Winners are finished cells: a failed cell's early score is not a result.

@@ -98,7 +98,18 @@ def _print_table(sweep: Sweep, root: Path, rows: list[dict[str, Any]]) -> None:
 @click.option("--root", "root", metavar="DIR", help="Where the sweep lives (overrides `root:` in SPEC).")
 @click.option("--workers", "-w", default=2, show_default=True, type=click.IntRange(1, 256), help="Worker processes.")
 @click.option("--gpus", default=None, metavar="0,1,...", help="GPU indices, shared round-robin among workers.")
-@click.option("--accept-changed", is_flag=True, help="Give existing cells a changed cfg (recorded in their history).")
+@click.option(
+    "--accept-changed",
+    is_flag=True,
+    help="Give existing cells a changed cfg (recorded in their history); done cells keep their results, "
+    "shown with the cfg they ran with.",
+)
+@click.option(
+    "--rerun-changed",
+    is_flag=True,
+    help="As --accept-changed, and queue again the done cells whose results came from an older cfg "
+    "(they resume from their last checkpoint; their old results stay in their history).",
+)
 @click.option("--no-live", is_flag=True, help="Print state changes as lines instead of a live table.")
 @click.option(
     "--detach", is_flag=True, help="Run in the background, safe from the terminal closing; output to ROOT/launch.log."
@@ -111,6 +122,7 @@ def launch_cmd(
     workers: int,
     gpus: str | None,
     accept_changed: bool,
+    rerun_changed: bool,
     no_live: bool,
     detach: bool,
     ready_fd: int | None,
@@ -119,16 +131,18 @@ def launch_cmd(
     gpu_list = [g.strip() for g in gpus.split(",") if g.strip()] if gpus else []
     if gpus is not None and not all(g.isdigit() for g in gpu_list):
         raise UsageError(f"--gpus takes GPU indices like 0,1; got {gpus!r}")
+    # what reconcile.plan takes: refuse a changed cfg, accept it keeping done results, or run them again
+    accept: bool | str = "rerun" if rerun_changed else "keep" if accept_changed else False
     if detach:
         from sweepq.cli.background import launch_detached
 
-        sys.exit(launch_detached(spec, root, workers, gpu_list, accept_changed))
+        sys.exit(launch_detached(spec, root, workers, gpu_list, accept))
     from sweepq.cli.launch import launch
     from sweepq.cli.terminal import Terminal
 
     terminal = Terminal()
     live = terminal.console().is_terminal and not no_live
-    sys.exit(launch(spec, root, workers, gpu_list, accept_changed, terminal, live, ready_fd))
+    sys.exit(launch(spec, root, workers, gpu_list, accept, terminal, live, ready_fd))
 
 
 @main.command()

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, null, select, text, update
 from sqlalchemy.orm import Session
 
 from sweepq.errors import IllegalTransition
@@ -238,7 +238,8 @@ class StoreClaims(StoreClaiming):
             res = s.execute(
                 update(CellRow)
                 .where(CellRow.id == cell, CellRow.state == CellState.DONE)
-                .values(state=CellState.QUEUED, finished_at=None, updated_at=now)
+                # ran_cfg: its result gone with the marker, the cell runs its own cfg (reconcile.py)
+                .values(state=CellState.QUEUED, finished_at=None, updated_at=now, ran_cfg=null())
             )
             if rowcount(res) == 1:
                 self._event(s, cell, "marker_invalid", {"why": why})

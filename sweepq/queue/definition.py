@@ -23,6 +23,7 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    null,
     select,
     type_coerce,
     update,
@@ -110,7 +111,12 @@ class StoreDefinition(StoreBase):
             return planner(self.existing_hashes(s))
 
     def apply_reconcile(
-        self, settings: Settings, spec_path: str | None, planner: Callable[[Existing], Plan], digest: str | None = None
+        self,
+        settings: Settings,
+        spec_path: str | None,
+        planner: Callable[[Existing], Plan],
+        digest: str | None = None,
+        rerun: bool = False,
     ) -> Plan:
         """Plan against the stored cells and write the plan, in one write transaction.
 
@@ -118,6 +124,8 @@ class StoreDefinition(StoreBase):
         two launches starting at once on a new root agree: the second one sees the
         first one's cells. A planner that raises leaves nothing written. `digest`
         is recorded with the plan: the next launch of the same file skips the plan.
+        `rerun` (--rerun-changed) queues again every done cell whose result came from
+        an older cfg, those an earlier `--accept-changed` kept included.
         """
         with self._write() as s:
             if digest is not None and _stored_digest(s) == digest:
@@ -125,6 +133,9 @@ class StoreDefinition(StoreBase):
             else:
                 plan = planner(self.existing_hashes(s))
                 self._apply(s, plan)
+            if rerun:  # the same file again too: cells kept under their old cfg by an earlier launch
+                plan.rerun = True
+                plan.requeued = self._rerun_kept(s)
             self.save_sweep(settings, spec_path, s, digest)
         return plan
 
@@ -175,13 +186,61 @@ class StoreDefinition(StoreBase):
     def _apply(self, s: Session, plan: Plan) -> None:
         now = self.clock()
         _insert_cells(s, plan.new, now)
+        ran = _done_results(s, [c.id for c, _ in plan.changed])
         changed = [{"cell_id": c.id, "new_cfg": c.cfg, "new_hash": c.cfg_hash} for c, _ in plan.changed]
         self._update(s, changed, now, cfg=bindparam("new_cfg"), cfg_hash=bindparam("new_hash"))
-        self._events(s, ((c.id, "cfg_changed", {"changes": diff, "accepted": True}) for c, diff in plan.changed))
+        # A done cell's result stays beside the cfg that produced it (the earliest, through several changes);
+        # changed back to that cfg, it is the cell's own again.
+        done = [c for c, _ in plan.changed if c.id in ran]
+        held: list[dict[str, Any]] = [{"cell_id": c.id, "ran": ran[c.id]} for c in done if ran[c.id] != c.cfg]
+        self._update(s, held, now, ran_cfg=bindparam("ran", type_=_CELLS.c.ran_cfg.type))
+        _nulls(s, [c.id for c in done if ran[c.id] == c.cfg])
+        plan.kept_done = [c.id for c in done if ran[c.id] != c.cfg]
+        self._events(
+            s,
+            (
+                (c.id, "cfg_changed", {"changes": diff, "accepted": True} | _kept(ran.get(c.id), c.cfg))
+                for c, diff in plan.changed
+            ),
+        )
         self._update(s, [{"cell_id": cid} for cid in plan.removed], now, removed=True)
         self._events(s, ((cid, "removed_from_spec", {}) for cid in plan.removed))
         self._update(s, [{"cell_id": cid} for cid in plan.returned], now, removed=False)
         self._events(s, ((cid, "returned_to_spec", {}) for cid in plan.returned))
+
+    def _rerun_kept(self, s: Session) -> list[str]:
+        """Queue again the done cells whose result came from an older cfg, with a fresh budget: they resume
+        from their newest checkpoint under the new cfg (reset starts from scratch). The result they leave is
+        kept in their history (a `rerun_changed` event), its metrics and best cleared from the cell."""
+        rows = s.execute(
+            select(_CELLS.c.id, _CELLS.c.ran_cfg, _CELLS.c.step, _CELLS.c.epoch, _CELLS.c.metrics, _CELLS.c.best)
+            .add_columns(_CELLS.c.best_step)
+            .where(_CELLS.c.state == CellState.DONE, _HAS_RAN)
+            .order_by(_CELLS.c.group_number, _CELLS.c.index)
+        ).all()
+        now = self.clock()
+        self._update(
+            s,
+            [{"cell_id": r.id} for r in rows],
+            now,
+            state=CellState.QUEUED,
+            finished_at=None,
+            retry_after=None,
+            budget_base=_CELLS.c.attempts,
+            ran_cfg=null(),
+            metrics=null(),
+            best=None,
+            best_step=None,
+        )
+        result = ("step", "epoch", "metrics", "best", "best_step")
+        self._events(
+            s,
+            (
+                (r.id, "rerun_changed", {"ran_with": r.ran_cfg, "result": {k: getattr(r, k) for k in result}})
+                for r in rows
+            ),
+        )
+        return [r.id for r in rows]
 
     @staticmethod
     def _update(s: Session, params: list[dict[str, Any]], now: Any, **values: Any) -> None:
@@ -194,6 +253,33 @@ class StoreDefinition(StoreBase):
         rows = ({"cell_id": cell, "at": at, "kind": kind, "detail": json_safe(detail)} for cell, kind, detail in events)
         for batch in _batches(rows):
             s.execute(insert(_EVENTS), batch)
+
+
+# ran_cfg holds a cfg: SQL NULL when none (written as null(): a bare None would be JSON's "null").
+_HAS_RAN = _CELLS.c.ran_cfg.is_not(None) & (type_coerce(_CELLS.c.ran_cfg, String) != "null")
+
+
+def _done_results(s: Session, ids: list[str]) -> dict[str, Cfg]:
+    """Of these cells, the done ones: the cfg their result came from (kept from an earlier change, else their cfg)."""
+    found: dict[str, Cfg] = {}
+    for batch in _batches(iter(ids)):
+        q = select(_CELLS.c.id, _CELLS.c.cfg, _CELLS.c.ran_cfg).where(
+            _CELLS.c.id.in_(batch), _CELLS.c.state == CellState.DONE
+        )
+        found.update((r.id, r.cfg if r.ran_cfg is None else r.ran_cfg) for r in s.execute(q))
+    return found
+
+
+def _nulls(s: Session, ids: list[str]) -> None:
+    for batch in _batches(iter(ids)):
+        s.execute(update(_CELLS).where(_CELLS.c.id.in_(batch)).values(ran_cfg=null()))
+
+
+def _kept(ran: Cfg | None, cfg: Cfg) -> dict[str, Any]:
+    """What the cfg_changed event says of a done cell: its result kept under the cfg it ran with."""
+    if ran is None or ran == cfg:
+        return {}
+    return {"done": "kept under the cfg it ran with", "ran_with": ran}
 
 
 def _stored_digest(s: Session) -> str | None:

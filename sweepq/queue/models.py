@@ -97,6 +97,9 @@ class CellRow(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
+    # The cfg a done cell's result came from when `launch --accept-changed` gave the cell a new one
+    # and kept its result (migration 0006); NULL: `cfg` is the one its result came from.
+    ran_cfg: Mapped[dict[str, Any] | None]
 
 
 class AttemptRow(Base):

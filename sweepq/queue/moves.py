@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import null, update
 
 from sweepq.queue import states
 from sweepq.queue.models import CellRow, CheckpointRow
 from sweepq.queue.states import CellState, CheckpointState, Reason
 from sweepq.queue.transactions import StoreBase, rowcount
 
-# What `reset` clears: the cell starts over as if it had never run.
-_NO_PROGRESS = dict.fromkeys(("step", "epoch", "metrics", "best", "best_step", "nan_step", "last_reason"))
+# What `reset` clears: the cell starts over as if it had never run (ran_cfg as SQL NULL: no result kept).
+_NO_PROGRESS: dict[str, Any] = dict.fromkeys(
+    ("step", "epoch", "metrics", "best", "best_step", "nan_step", "last_reason")
+)
+_NO_PROGRESS["ran_cfg"] = null()
 
 
 class StoreMoves(StoreBase):

@@ -1,5 +1,9 @@
 """Reconciling a sweep file with its root: new cells appended, changed cells refused, gone cells reported.
 
+A changed cell is refused unless the launch accepts it. Accepted, the cell takes the new
+cfg; a done cell keeps its result under the cfg it ran with (`cells.ran_cfg`, shown beside
+the result everywhere) or, with RERUN, is queued again to run the new one.
+
 Computed first from a read, without writing (so bad input leaves nothing
 behind), then computed again and written inside one write transaction by
 Store.apply_reconcile (so two launches starting at once agree).
@@ -39,6 +43,13 @@ class Existing(dict[str, Stored]):
         self.read_cfgs = read_cfgs
 
 
+#: `accept_changed` as launch passes it: False refuses changed cfgs; KEEP (or True, `--accept-changed`)
+#: gives changed cells the new cfg and keeps done cells' results under the cfg they ran with; RERUN
+#: (`--rerun-changed`) also queues those done cells again, to run the new cfg.
+KEEP, RERUN = "keep", "rerun"
+Accept = bool | str
+
+
 @dataclass
 class ReconcilePlan:
     new: list[CellSpec] = field(default_factory=list)
@@ -47,6 +58,10 @@ class ReconcilePlan:
     returned: list[str] = field(default_factory=list)  # gone earlier, back in the file now
     unchanged: int = 0
     same_file: bool = False  # the file last reconciled, unchanged: its cells were not compared
+    rerun: bool = False  # done cells whose result came from an older cfg are queued again (RERUN)
+    # Filled in by the write (definition.py), which sees the cells' states:
+    kept_done: list[str] = field(default_factory=list)  # done, kept under the cfg they ran with
+    requeued: list[str] = field(default_factory=list)  # done under an older cfg, queued again for the new one
 
 
 def plan_digest(sweep: Sweep) -> str:
@@ -85,9 +100,9 @@ def cfg_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) or (k in a) != (k in b)}
 
 
-def plan(sweep: Sweep, existing: Mapping[str, Stored], accept_changed: bool) -> ReconcilePlan:
-    """Compare the file's cells with the root's; raise DriftError on changed cfgs unless accepted."""
-    p = ReconcilePlan()
+def plan(sweep: Sweep, existing: Mapping[str, Stored], accept_changed: Accept) -> ReconcilePlan:
+    """Compare the file's cells with the root's; raise DriftError on changed cfgs unless accepted (KEEP, RERUN)."""
+    p = ReconcilePlan(rerun=accept_changed == RERUN)
     in_file = set()
     changed = []
     for cell in sweep.cells:
@@ -135,6 +150,10 @@ def drift_message(sweep: Sweep, changed: list[tuple[CellSpec, dict[str, Any]]]) 
         lines.append(f"  … and {len(changed) - LISTED:,} more cells whose cfg changed")
     lines.append(
         "Nothing was changed. Put the new values in new cells (a new group), use a new root, or "
-        "relaunch with --accept-changed to give these cells the new cfg (recorded in their history)."
+        "relaunch with --accept-changed to give these cells the new cfg (recorded in their history): "
+        "cells not done run it, resuming from their checkpoints; done cells stay done with their results, "
+        "shown with the cfg they ran with, until `sweepq reset CELL` runs the new one from scratch. "
+        "Relaunch with --rerun-changed instead to queue the done ones again now: they resume from their "
+        "last checkpoint under the new cfg, their old results kept in their history."
     )
     return "\n".join(lines)

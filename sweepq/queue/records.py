@@ -41,6 +41,19 @@ class CellRecord:
     cancel_requested: bool
     updated_at: datetime
     finished_at: datetime | None
+    # The cfg a done cell's result came from, when `launch --accept-changed` gave the cell the sweep
+    # file's new cfg and kept the result (None: `cfg` is the one its result came from).
+    ran_cfg: dict[str, Any] | None = None
+
+    @property
+    def result_cfg(self) -> dict[str, Any]:
+        """The cfg that the cell's result (metrics, best, DONE.json) came from: what is shown beside it."""
+        return self.cfg if self.ran_cfg is None else self.ran_cfg
+
+    @property
+    def new_cfg(self) -> dict[str, Any] | None:
+        """The sweep file's cfg for this cell when its result came from an older one (`reset` runs it); else None."""
+        return None if self.ran_cfg is None else self.cfg
 
     @property
     def progress(self) -> float | None:

@@ -13,7 +13,7 @@ from sweepq.layout import CELLS_DIR, RootPaths
 from sweepq.queue.sqlite_file import DatabaseDamaged
 
 #: The newest revision in migrations/versions (tests/unit/test_store.py holds it to alembic's head).
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 
 
 def database_file(root: Path) -> Path:

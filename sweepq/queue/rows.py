@@ -179,9 +179,9 @@ _STATE_TEXT = {str(s): _STRING(str(s)) for s in CellState}
 
 def cell_line(r: Any, more: tuple[Any, ...], usage: str | None) -> str:
     """A `status_reads.cell_listing` row's `status --json` object as JSON text: the cell's
-    `CellRecord.to_json()`, its cfg, then `more` (what `status` adds: alive, eta_seconds,
-    rate_steps_per_second, no_progress_seconds) and `usage` (JSON text), byte for byte as `json.dumps`
-    writes them, the JSON texts put in as read (no parse).
+    `CellRecord.to_json()`, its cfg (the one its result came from) and new_cfg, then `more` (what
+    `status` adds: alive, eta_seconds, rate_steps_per_second, no_progress_seconds) and `usage` (JSON
+    text), byte for byte as `json.dumps` writes them, the JSON texts put in as read (no parse).
 
     A line costs about 2 us: the values of the types their columns hold (an int, a str, None) are
     spelt in place, anything else by `_j` (100,000 calls of a function per field cost 0.2 s)."""
@@ -193,6 +193,11 @@ def cell_line(r: Any, more: tuple[Any, ...], usage: str | None) -> str:
         progress = None if not total or step is None else max(0.0, min(1.0, step / total))
     metrics = "{}" if r.metrics is None or r.metrics == "null" else r.metrics
     cfg = "{}" if r.cfg is None or r.cfg == "null" else r.cfg
+    # A done cell kept under the cfg it ran with (`launch --accept-changed`): "cfg" is the one its result
+    # came from, "new_cfg" the sweep file's (CellRecord.result_cfg, new_cfg).
+    new_cfg = n
+    if r.ran_cfg is not None and r.ran_cfg != "null":
+        cfg, new_cfg = r.ran_cfg, cfg
     state = _STATE_TEXT.get(r.state) or j(str(CellState(r.state)))  # an unknown state raises as before
     reason, retry, updated, finished = r.last_reason, r.retry_after, r.updated_at, r.finished_at
     alive, eta, rate, silent = more
@@ -210,7 +215,8 @@ def cell_line(r: Any, more: tuple[Any, ...], usage: str | None) -> str:
         f'"removed": {"false" if r.removed is False else j(r.removed)}, '
         f'"updated_at": {n if updated is None else s(updated) if type(updated) is str else j(updated)}, '
         f'"finished_at": {n if finished is None else s(finished) if type(finished) is str else j(finished)}, '
-        f'"cfg": {cfg}, "alive": {n if alive is None else j(alive)}, "eta_seconds": {n if eta is None else j(eta)}, '
+        f'"cfg": {cfg}, "new_cfg": {new_cfg}, "alive": {n if alive is None else j(alive)}, '
+        f'"eta_seconds": {n if eta is None else j(eta)}, '
         f'"rate_steps_per_second": {n if rate is None else j(rate)}, '
         f'"no_progress_seconds": {n if silent is None else j(silent)}, "usage": {usage or n}}}'
     )

@@ -287,7 +287,7 @@ _Current = namedtuple("_Current", "id step total_steps progress_at started_at st
 #: The columns of a cell's `status --json` object.
 LISTED = (
     *("id", "group_name", "state", "step", "total_steps", "epoch", "total_epochs", "attempts", "last_reason"),
-    *("metrics", "best", "best_step", "retry_after", "removed", "updated_at", "finished_at", "cfg"),
+    *("metrics", "best", "best_step", "retry_after", "removed", "updated_at", "finished_at", "cfg", "ran_cfg"),
 )
 _Listed = namedtuple("_Listed", LISTED)  # type: ignore[misc]
 _STRICT = json.JSONEncoder(allow_nan=False).encode  # as `status --json` refuses a non-finite float
@@ -325,6 +325,6 @@ def _json_text(v: Any) -> str | None:
 
 _SPELL: dict[str, Callable[[Any], Any]] = {
     **dict.fromkeys(("retry_after", "updated_at", "finished_at"), _time),
-    **dict.fromkeys(("metrics", "cfg"), _json_text),
+    **dict.fromkeys(("metrics", "cfg", "ran_cfg"), _json_text),
     "removed": bool,
 }

@@ -145,7 +145,8 @@ def test_changed_cfg_refused_then_accepted_and_recorded(done_sweep: tuple[Path, 
     r = cli("launch", str(spec), "--accept-changed", cwd=spec.parent)
     assert r.returncode == 0, r.stdout + r.stderr
     show = cli_json("show", "2.2", "--root", str(root))
-    assert show["cfg"]["lr"] == 3.0
+    # done: its result stays beside the cfg it ran with; the file's new cfg runs when asked
+    assert (show["cfg"]["lr"], show["new_cfg"]["lr"]) == (2.0, 3.0)
     assert any(e["kind"] == "cfg_changed" and e["detail"]["changes"] == {"lr": [2.0, 3.0]} for e in show["history"])
     assert [c["cell"] for c in cli_json("status", "--root", str(root))] == ["1.1", "1.2", "1.3", "2.1", "2.2"]
 

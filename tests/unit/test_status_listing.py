@@ -127,7 +127,8 @@ def old_status_json(store: Store) -> str:
     rows = [
         c.to_json()
         | {
-            "cfg": c.cfg,
+            "cfg": c.result_cfg,
+            "new_cfg": c.new_cfg,
             "alive": read_commands._alive(store, c),
             "eta_seconds": fc.cell_seconds_left(c.id),
             "rate_steps_per_second": fc.steps_per_second(c.id),
@@ -148,6 +149,8 @@ def test_the_streamed_json_is_byte_for_byte_the_old_one(big: Store, tmp_path: Pa
         conn.exec_driver_sql("""UPDATE cells SET cfg = '{"a":\n  [1,2]}' WHERE id = '1.5'""")
         conn.exec_driver_sql("UPDATE cells SET metrics = 'null', cfg = 'null' WHERE id = '1.4'")
         conn.exec_driver_sql("UPDATE cells SET step = 5.5, best_step = 'x' WHERE id = '1.6'")  # a foreign writer's
+        # a done cell kept under the cfg it ran with (launch --accept-changed): "cfg" is that one
+        conn.exec_driver_sql("""UPDATE cells SET ran_cfg = '{"epochs": 2}' WHERE id = '1.7'""")
     indented, lines = tmp_path / "indented.json", tmp_path / "lines.json"
     with indented.open("w") as file:
         json_stream.write_texts(status_json(big), file, lines=False)
@@ -162,6 +165,8 @@ def test_the_streamed_json_is_byte_for_byte_the_old_one(big: Store, tmp_path: Pa
     assert rows[1]["updated_at"] == "2026-01-02T03:04:05Z" and rows[2]["metrics"] == {"score": 0.5, "n": "NaN é"}
     assert (rows[3]["metrics"], rows[3]["cfg"], rows[4]["cfg"]) == ({}, {}, {"a": [1, 2]})
     assert (rows[5]["step"], rows[5]["best_step"]) == (5.5, "x")
+    assert rows[6]["cfg"] == {"epochs": 2} and rows[6]["new_cfg"] == big.cell("1.7").cfg != {"epochs": 2}
+    assert rows[7]["new_cfg"] is None
     with big.engine.begin() as conn:
         conn.exec_driver_sql("""UPDATE cells SET metrics = '{"score": NaN}' WHERE id = '1.3'""")
     with pytest.raises(ValueError, match="not JSON compliant"):
