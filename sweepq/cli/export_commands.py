@@ -75,8 +75,8 @@ def csv_command(dest: str, spec: str | None, root: str | None, cells: tuple[str,
     --root, else the current folder).
     """
     with reading(spec, root) as store:
-        folder = _folder(Path(dest))  # once the root is known good: a refused command leaves no folder
         chosen = select_cells(store.cells(), cells) if cells else store.cells()
+        folder = _folder(Path(dest))  # once the root and cells are known good: a refused command leaves no folder
         ids = [c.id for c in chosen]
         order = {cell: i for i, cell in enumerate(ids)}
         attempts = sorted((a for a in store.attempts() if a.cell in order), key=lambda a: (order[a.cell], a.number))

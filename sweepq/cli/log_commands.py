@@ -26,7 +26,7 @@ from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord
 from sweepq.queue.states import CellState
 
-ATTEMPT_MAX = 2**63 - 1  # attempt numbers are SQLite INTEGERs: a larger N names no attempt, refused by click
+ATTEMPT_MAX = 2**63 - 1  # attempt numbers are SQLite INTEGERs: a larger N names no attempt (nor can be asked)
 
 if TYPE_CHECKING:
     from sweepq.queue.cell_reads import CellReads  # a Store, or a Reader
@@ -42,7 +42,7 @@ _CHUNK = 1 << 16
 @click.option(
     "--attempt",
     "number",
-    type=click.IntRange(min=1, max=ATTEMPT_MAX),
+    type=click.IntRange(min=1),
     metavar="N",
     help="Attempt N (default: the latest).",
 )
@@ -89,11 +89,12 @@ def _quiet_stdout() -> None:
 def _attempt(store: CellReads, cell: str, number: int, state: CellState) -> AttemptRecord:
     if number == 0:
         raise UsageError(f"cell {cell} is {state} and has not run yet, so it has no logs: ask again once it runs")
-    attempt = store.attempt(cell, number)
+    attempt = store.attempt(cell, number) if number <= ATTEMPT_MAX else None
     if attempt is None:
         known = ", ".join(str(a.number) for a in store.attempts(cell)) or "none"
+        beyond = f" (attempt numbers end at {ATTEMPT_MAX}, SQLite's largest integer)" if number > ATTEMPT_MAX else ""
         raise UsageError(
-            f"cell {cell} has no attempt {number} (its attempts: {known}); leave out --attempt for the latest"
+            f"cell {cell} has no attempt {number}{beyond} (its attempts: {known}); leave out --attempt for the latest"
         )
     return attempt
 

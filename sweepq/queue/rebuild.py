@@ -213,8 +213,8 @@ def _attempt_numbers(paths: CellPaths) -> list[int]:
         if len(p.name) > 19 or int(p.name) > HIGHEST_ATTEMPT:  # by length first: no int() of a long name
             raise UsageError(
                 f"{p} is numbered beyond any attempt sweepq makes: attempt numbers run from 1 to "
-                f"{HIGHEST_ATTEMPT} (SQLite's integers, with room for the next attempt), so repair cannot count "
-                "on above it. sweepq did not write this folder: move it out of the root, then run the repair "
+                f"{HIGHEST_ATTEMPT} (SQLite's integers, with room for the next attempt), and no attempt could "
+                "follow this one. sweepq did not write this folder: move it out of the root, then run the repair "
                 "again (nothing was changed)."
             )
         if int(p.name) > 0:
