@@ -319,11 +319,14 @@ def best(spec: str | None, root: str | None, as_json: bool, top: int, all_params
 
     SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
     """
-    from sweepq.cli.report import best_per_cell
+    from sweepq.cli.report import best_per_cell, no_best_checkpoint
 
     with sqlite_reading(spec, root) as store:
         metric = store.settings().metric
         rows = best_per_cell(store, metric, top)
+        missing = no_best_checkpoint(rows, metric)
+        if missing:
+            click.echo(f"warning: {missing}", err=True)
         if as_json:
             print_json(rows)
         else:

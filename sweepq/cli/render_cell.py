@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,7 +70,7 @@ def show_cell(
     parts.append(attempts_table(attempts, title="attempts", with_cell=False))
     shown = [c for c in checkpoints if c.state != "superseded"]
     if shown:
-        parts += [Text(""), checkpoints_table(shown)]
+        parts += [Text(""), checkpoints_table(shown, metric)]
     hidden = len(checkpoints) - len(shown)
     if hidden:
         parts.append(
@@ -103,14 +104,20 @@ def cfg_grid(cfg: dict[str, Any]) -> RenderableType:
     return grid
 
 
-def checkpoints_table(checkpoints: Sequence[CheckpointRecord]) -> RenderableType:
+def checkpoints_table(checkpoints: Sequence[CheckpointRecord], metric: Metric | None = None) -> RenderableType:
     rank = ranks("checkpoints")
+    best = best_checkpoint(checkpoints, metric)
     cols = [
         Column("step", [str(c.step) for c in checkpoints], rank["step"], "right"),
         Column("epoch", [fmt_num(c.epoch) for c in checkpoints], rank["epoch"], "right"),
         Column(
             "state",
-            [c.state + (f" ({c.note})" if c.note and c.state != "committed" else "") for c in checkpoints],
+            [
+                c.state
+                + (f" ({c.note})" if c.note and c.state != "committed" else "")
+                + (f" (best {metric.name})" if c is best and metric is not None else "")
+                for c in checkpoints
+            ],
             rank["state"],
         ),
         Column(
@@ -123,3 +130,21 @@ def checkpoints_table(checkpoints: Sequence[CheckpointRecord]) -> RenderableType
         Column("path", [c.path for c in checkpoints], rank["path"]),
     ]
     return FittedTable(cols, kept=kept("checkpoints"), title="checkpoints")
+
+
+def best_checkpoint(checkpoints: Sequence[CheckpointRecord], metric: Metric | None) -> CheckpointRecord | None:
+    """The committed checkpoint holding the best value of the sweep's metric (as `sweepq best` picks it)."""
+    if metric is None:
+        return None
+    scored = [
+        (float(v), c)
+        for c in checkpoints
+        if c.state == "committed"
+        and isinstance(v := c.metrics.get(metric.name), (int, float))
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+    ]
+    if not scored:
+        return None
+    pick = max if metric.goal == "max" else min
+    return pick(scored, key=lambda x: x[0])[1]

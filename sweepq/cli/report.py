@@ -80,6 +80,10 @@ def best_per_cell(store: CellReads, metric: Metric | None, top: int) -> list[dic
             scored = [
                 (float(k.metrics[metric.name]), k) for k in kept.get(c.id, ()) if _finite(k.metrics.get(metric.name))
             ]
+            if c.best is not None:
+                # Only a checkpoint that holds the cell's best is named: one holding a worse value is not it
+                # (`no_best_checkpoint` says so); at the best's own step first.
+                scored = sorted((x for x in scored if x[0] == c.best), key=lambda x: x[1].step != c.best_step)
             if scored:
                 pick = max if metric.goal == "max" else min
                 best_ckpt = pick(scored, key=lambda x: x[0])
@@ -102,6 +106,21 @@ def best_per_cell(store: CellReads, metric: Metric | None, top: int) -> list[dic
     for i, r in enumerate(ranked[:top], start=1):
         r["rank"] = i
     return ranked + [r for r in rows if r not in ranked]
+
+
+def no_best_checkpoint(rows: list[dict[str, Any]], metric: Metric | None, listed: int = 10) -> str | None:
+    """One line when done cells have a best value but no checkpoint that holds it (best_per_cell's rows)."""
+    if metric is None:
+        return None
+    cells = [r["cell"] for r in rows if r["state"] == "done" and r["best"] is not None and r["checkpoint"] is None]
+    if not cells:
+        return None
+    named = ", ".join(cells[:listed]) + (f", … and {len(cells) - listed:,} more" if len(cells) > listed else "")
+    return (
+        f"no checkpoint holds the best {metric.name} of {len(cells):,} done cell(s) ({named}): sweepq keeps the "
+        f"best checkpoint when your loop passes metrics={{{metric.name!r}: ...}} to run.checkpoint where it "
+        "evaluates (with checkpoint: {keep_best: true}, the default)"
+    )
 
 
 def _finite(v: Any) -> bool:

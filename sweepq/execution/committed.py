@@ -22,6 +22,7 @@ is never changed.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from pathlib import Path
@@ -70,6 +71,22 @@ class CommittedSet:
     def newest_step(self, default: int) -> int:
         with self._lock:
             return max(self._manifests, default=default)
+
+    def best(self, name: str, goal: str) -> float | None:
+        """The best finite value of metric `name` among the cell's own committed checkpoints (None: none holds it)."""
+        with self._lock:
+            values = [
+                float(v)
+                for s, m in self._manifests.items()
+                if s not in self._linked
+                and isinstance(m.get("metrics"), dict)
+                and isinstance(v := m["metrics"].get(name), (int, float))
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+            ]
+        if not values:
+            return None
+        return max(values) if goal == "max" else min(values)
 
     def rollback_limit(self, nan_step: int | None) -> int | None:
         """After a `nan`: resume from the checkpoint before the one the bad interval started from."""

@@ -84,6 +84,10 @@ class Run:
         self.best_step: int | None = None
         self.nan_step: int | None = None
         self.final_metrics: dict[str, Any] | None = None
+        # The sweep's metric in the best checkpoint handed to the writer, until the committed set holds it;
+        # and the metrics last given to run.checkpoint, with their step (the final checkpoint keeps them).
+        self._best_pending: float | None = None
+        self._given: tuple[int, dict[str, Any]] | None = None
         self.corrupt: list[dict[str, Any]] = []
         self.warnings: list[str] = []
 
@@ -102,6 +106,7 @@ class Run:
         verification is moved aside and the previous one used.
         """
         max_step = self._committed.rollback_limit(self._spec.nan_step)
+        self._best_pending = None  # what is kept is what the committed set holds after the restore
         loaded = checkpoint.load_newest(self._checkpoints, max_step, on_corrupt=self._report_corrupt)
         self._state_ref = state
         if loaded is None:
@@ -152,6 +157,11 @@ class Run:
     ) -> bool:
         """Commit a checkpoint when the cadence says so (or `force`); True when one is taken.
 
+        With the sweep's `metric:` (and `keep_best`, the default) a checkpoint whose `metrics`
+        hold the metric better than every checkpoint the cell keeps is committed too, whatever
+        the cadence: retention keeps it beside the newest `keep_last`, so `sweepq best` names a
+        checkpoint that holds each cell's best. It costs a checkpoint only when the metric
+        improves, the same as one at the cadence.
         The training loop pauses only while the tensors are copied into reusable
         CPU buffers; files, fsync and the commit happen on a background thread
         (one write at a time). At the cadence, the weights and optimizer state
@@ -166,9 +176,15 @@ class Run:
         if metrics:
             self._check_finite(step, metrics)
             self._track_best(step, metrics)
-        if step <= self._cadence.last_scheduled or not (force or self._cadence.due(step)):
+            self._given = (step, metrics)
+        if step <= self._cadence.last_scheduled:
+            return False
+        best = self._beats_kept_best(metrics) if metrics else None
+        if not (force or best is not None or self._cadence.due(step)):
             return False
         self._save(state, step, metrics or {}, overlap=not force)
+        if best is not None:
+            self._best_pending = best
         return True
 
     def log(self, step: int, **scalars: Any) -> None:
@@ -252,7 +268,8 @@ class Run:
         # newest step is a link (a warm start already at the end): DONE.json names the cell's own checkpoint.
         final_due = self.last_step > self._cadence.last_scheduled or self._committed.newest_is_linked()
         if completed and self._state_ref is not None and final_due:
-            self._save(self._state_ref, self.last_step, {})
+            given = self._given[1] if self._given is not None and self._given[0] == self.last_step else {}
+            self._save(self._state_ref, self.last_step, given)  # the metrics given for that step stay with it
             self._writer.flush()
         self._send_log()
 
@@ -293,6 +310,7 @@ class Run:
     def _refuse_raced(self, step: int, e: snapshot.SnapshotRaced) -> None:
         """The copy saw a state that never existed: commit nothing, and copy everything up front from now on."""
         self._overlap = False
+        self._best_pending = None  # a best checkpoint refused is not kept: the next improvement commits
         # So that close() commits the final step even if this was it.
         self._cadence.last_scheduled = self._committed.newest_step(default=self.start_step)
         note = (
@@ -383,6 +401,19 @@ class Run:
         except NonFiniteLoss:
             self.nan_step = step if self.nan_step is None else self.nan_step
             raise
+
+    def _beats_kept_best(self, metrics: dict[str, Any]) -> float | None:
+        """The sweep's metric in `metrics` when it beats every checkpoint kept or being written (and retention
+        keeps the best); else None."""
+        if self._metric is None or not self._policy.keep_best:
+            return None
+        kept = self._committed.best(self._metric.name, self._metric.goal)
+        pending = self._best_pending
+        if kept is None or pending is None:
+            best = kept if pending is None else pending
+        else:
+            best = max(kept, pending) if self._metric.goal == "max" else min(kept, pending)
+        return improved(self._metric, best, metrics)
 
     def _track_best(self, step: int, values: dict[str, Any]) -> None:
         best = improved(self._metric, self.best, values)

@@ -207,8 +207,8 @@ attempts
 2  03-01 13:30  running      box   777  800→?
 
 checkpoints
-step  epoch  state      metrics          size  path
- 800     80  committed  val_acc=0.61  5.0 MiB  cells/2.2/checkpoints/step-800
+step  epoch  state                     metrics          size  path
+ 800     80  committed (best val_acc)  val_acc=0.61  5.0 MiB  cells/2.2/checkpoints/step-800
 (1 superseded checkpoint(s) deleted by retention not shown; --json lists all)
 
 history
