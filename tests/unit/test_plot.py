@@ -154,3 +154,28 @@ def test_without_matplotlib_the_command_says_how_to_get_it(tmp_path: Path, monke
     assert (r.exit_code, r.output) == (2, f"error: {NEEDS_MATPLOTLIB}\n")
     assert NEEDS_MATPLOTLIB == "sweepq plot needs matplotlib: pip install 'sweepq[plot]'"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_only_a_metric_with_a_goal_gets_a_best_point(tmp_path: Path) -> None:
+    """A loss that is not the sweep's metric has no direction: neither the picture nor the page marks its highest."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from sweepq.html.charts import collect
+    from sweepq.spec.sweep import Metric
+
+    cell = _cell("1.1", 1.0)
+    points = cell.series["loss"].points
+    lowest = min(points, key=lambda p: p.value)
+    for goal, words in (("min", f"1.1  best {lowest.value:.4g} at step {lowest.step}"), (None, None)):
+        out = tmp_path / f"{goal}.svg"
+        draw_cells([cell], "loss", goal, out)
+        legend = [line.strip() for line in out.read_text().splitlines() if line.strip().startswith("<!-- 1.1")]
+        assert legend == [f"<!-- {words or '1.1'} -->"]  # matplotlib writes each text as a comment beside its glyphs
+    cells = cast(Any, [SimpleNamespace(id="1.1", best=None)])
+    (sweeps,) = collect([cell], cells, Metric("loss", "min")).charts
+    assert sweeps.lines[0].best == (float(lowest.step), lowest.value)
+    (other,) = collect([cell], cells, Metric("score", "max")).charts  # loss is not the sweep's metric
+    assert other.goal is None and other.lines[0].best is None
+    (none,) = collect([cell], cells, None).charts  # a sweep without a metric: no direction at all
+    assert none.lines[0].best is None
