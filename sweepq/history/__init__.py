@@ -8,10 +8,13 @@ here imports torch, and the queue's engine is loaded only when a reader opens it
     h = stitched(root, "2.3")
     h.series["loss"].steps, h.series["loss"].values   # the curve: each step once
     for tail in h.lost_of("loss"): tail.attempt, tail.reason, tail.points
+
+A history too long for memory is read as a CellStream (stream.py, `streams(store)`):
+each value with its status as the files are read, or curves cut per step bucket.
 """
 
 from sweepq.history.format import HistoryTooNew, read_attempt
-from sweepq.history.read import attempt_log, stitched, stitched_all
+from sweepq.history.read import attempt_log, stitched, stitched_all, streams
 from sweepq.history.records import (
     AttemptInfo,
     AttemptLog,
@@ -24,11 +27,13 @@ from sweepq.history.records import (
     Status,
 )
 from sweepq.history.stitch import stitch
+from sweepq.history.stream import CellStream
 
 __all__ = [
     "AttemptInfo",
     "AttemptLog",
     "CellHistory",
+    "CellStream",
     "CheckpointMark",
     "HistoryTooNew",
     "Logged",
@@ -41,4 +46,5 @@ __all__ = [
     "stitch",
     "stitched",
     "stitched_all",
+    "streams",
 ]
