@@ -22,13 +22,17 @@ from sweepq.spec.sweep import Sweep, load_sweep
 @json_option
 @friendly
 def plan(spec: str, as_json: bool) -> None:
-    """Expand SPEC and list its cells in run order (touches nothing on disk)."""
-    from sweepq.spec.preflight import preflight
+    """Expand SPEC and list its cells in run order (touches nothing on disk, imports no training code)."""
+    from sweepq.spec.preflight import entry_problem, preflight
 
     sweep = load_sweep(spec)
     checked = preflight(sweep, spec)  # the root, the program, every command line; ${envvar:NAME} shown as ***
     for w in sweep.warnings:
         click.echo(f"warning: {w}", err=True)
+    # A plan may preview a sweep where its code is not: what launch refuses, it says, and goes on.
+    problem = entry_problem(sweep, spec)
+    if problem is not None:
+        click.echo(f"warning: {problem} `sweepq launch` refuses it.", err=True)
     if as_json:
         _print_json(sweep, checked.commands)
         return

@@ -9,7 +9,9 @@ and failing in every cell:
   folder, whose files sweepq would mix with its own;
 * every cell's command line is one that Linux can start: no argument holding a
   NUL byte, none over MAX_ARG_STRLEN, the whole line well under ARG_MAX;
-* `train: module:function` names a function its module defines (read, not imported: entry.py);
+* `train: module:function` names a function its module defines (read, not imported: entry.py):
+  launch refuses a sweep whose function cannot be found; plan, which previews a sweep where its
+  code may not be, warns in the same words (`entry_problem`);
 * the program it runs exists: `program:` relative to the sweep file's folder
   (or a command on PATH), and the executable of the command as `execvp` finds it.
 
@@ -71,10 +73,10 @@ def preflight(
     """
     checked = Preflight(sweep_root(sweep, filename, root))
     settings = sweep.settings
-    if settings.train and check_entry:
-        problem = train_entry_problem(settings.train, settings.spec_dir)
+    if check_entry:
+        problem = entry_problem(sweep, filename)
         if problem is not None:
-            raise SpecError(f"{filename}: train: {settings.train}: {problem}, so no cell could start.")
+            raise SpecError(problem)
     if settings.program is None and settings.form != "wandb":
         return checked
     cells = RootPaths(checked.root)
@@ -88,6 +90,16 @@ def preflight(
             _check_program(sweep, filename, argv, environ)
         checked.commands[cell.id] = shown
     return checked
+
+
+def entry_problem(sweep: Sweep, filename: str) -> str | None:
+    """Why the `train: module:function` of `sweep` cannot start a cell here, in the words launch refuses
+    it with (read from the module's source, never imported: entry.py); None when it looks right."""
+    train = sweep.settings.train
+    if not train:
+        return None
+    problem = train_entry_problem(train, sweep.settings.spec_dir)
+    return None if problem is None else f"{filename}: train: {train}: {problem}, so no cell could start."
 
 
 # ------------------------------------------------------------------------ root

@@ -68,3 +68,9 @@ def test_launch_refuses_a_typo_before_anything_is_written_and_plan_does_not_read
     assert not (folder / "runs").exists()
     planned = runner.invoke(main, ["plan", str(folder / "s.yaml")])
     assert planned.exit_code == 0, planned.output
+    # plan (which may preview a sweep where its code is not) warns in launch's words, without running the module
+    refusal = launched.stderr.removeprefix("error: ").rstrip("\n")
+    assert planned.stderr == f"warning: {refusal} `sweepq launch` refuses it.\n"
+    assert "1.2" in planned.stdout and not (folder / "runs").exists()
+    (folder / "s.yaml").write_text("name: s\ntrain: mytrain:train\nroot: runs/s\ngrid: {seed: [1, 2]}\n")
+    assert runner.invoke(main, ["plan", str(folder / "s.yaml")]).stderr == ""
