@@ -31,7 +31,16 @@ from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from sweepq.history.format import AttemptFile
-from sweepq.history.records import AttemptInfo, CellHistory, CheckpointMark, LostTail, Point, Series, Status
+from sweepq.history.records import (
+    AttemptInfo,
+    CellHistory,
+    CheckpointMark,
+    Logged,
+    LostTail,
+    Point,
+    Series,
+    Status,
+)
 from sweepq.history.stitch import stitch
 from sweepq.layout import CellPaths
 
@@ -55,6 +64,7 @@ class CellStream:
         self.out_of_range: dict[int, int] = {}  # attempt -> lines with numbers out of range (format.py)
         self.in_order = True  # every attempt logged each metric in increasing steps
         self._logging: set[int] = set()  # attempts that logged anything
+        self._seen: dict[int, int] = {}  # attempt -> the last line the scan read: later reads stop there
         self._again: dict[str, set[int]] = {}  # metric -> steps a resumed attempt logged at or before its resume
         self._scan()
         self._bound = self._bounds()
@@ -71,6 +81,15 @@ class CellStream:
     def _file(self, attempt: int) -> AttemptFile:
         return AttemptFile(CellPaths(self.root, self.cell).metrics(attempt), attempt)
 
+    def _points(self, attempt: int) -> Iterator[Logged]:
+        """The attempt's points as the scan saw them: a running attempt's lines written since are left to the
+        next reader (what the scan did not see, its rule did not weigh)."""
+        last = self._seen.get(attempt, 0)
+        for logged in self._file(attempt).points():
+            if logged.line > last:
+                return
+            yield logged
+
     def _scan(self) -> None:
         for a in self.attempts:
             f = self._file(a.number)
@@ -78,6 +97,7 @@ class CellStream:
             resumed_at = a.start_step if a.resumed else None
             for logged in f.points():
                 self._logging.add(a.number)
+                self._seen[a.number] = logged.line
                 step = logged.step
                 for metric in logged.values:
                     span = self.ranges.get(metric)
@@ -118,7 +138,7 @@ class CellStream:
                 if not a.resumed or where[1] > a.start_step:
                     settled[holder] = Status.LOST
                     del curve[where]
-            for logged in self._file(a.number).points():
+            for logged in self._points(a.number):
                 for metric in logged.values:
                     if logged.step not in self._again.get(metric, ()):
                         continue
@@ -143,7 +163,7 @@ class CellStream:
             if a.number not in self._logging:
                 continue
             bound, reason, settled = self._bound[a.number], self.reasons[a.number], self._settled
-            for logged in self._file(a.number).points():
+            for logged in self._points(a.number):
                 step, line = logged.step, logged.line
                 for metric in sorted(logged.values):
                     point = Point(step, logged.time, logged.values[metric], a.number, line)
@@ -154,10 +174,7 @@ class CellStream:
 
     def history(self) -> CellHistory:
         """The whole stitched history in memory (stitch.py): for small cells and the out-of-order fallback."""
-        logs = {}
-        for a in self.attempts:
-            f = self._file(a.number)
-            logs[a.number] = tuple(f.points())
+        logs = {a.number: tuple(self._points(a.number)) for a in self.attempts}
         return stitch(
             self.cell,
             self.attempts,

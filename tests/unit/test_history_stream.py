@@ -146,3 +146,16 @@ def test_numbers_out_of_range_are_skipped_and_counted(tmp_path: Path) -> None:
     assert (f.out_of_range, f.damaged, f.torn) == (4, 0, False)
     stream = CellStream(tmp_path, CELL, [AttemptInfo(1, None, 0, False)])
     assert stream.out_of_range == {1: 4}
+
+
+def test_lines_written_after_the_scan_are_left_to_the_next_reader(tmp_path: Path) -> None:
+    """A running attempt's file grows while it is exported: what the scan did not weigh is not passed on."""
+    write_attempt(tmp_path, 1, [(1, {"loss": 1.0}), (2, {"loss": 2.0})])
+    stream = CellStream(tmp_path, CELL, [AttemptInfo(1, None, 0, False)])
+    with open(CellPaths(tmp_path, CELL).metrics(1), "ab") as f:
+        f.write(b'{"step":1,"time":5.0,"values":{"loss":9.0}}\n')  # step 1 again: out of order, unseen
+    assert [(p.step, p.value, status) for _, p, status, _ in stream.values()] == [
+        (1, 1.0, Status.KEPT),
+        (2, 2.0, Status.KEPT),
+    ]
+    assert [p.step for p in stream.reduced(10).series["loss"].points] == [1, 2]
