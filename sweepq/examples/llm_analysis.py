@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import random
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -89,12 +90,16 @@ def train(cfg: dict[str, Any], run: Run) -> dict[str, Any] | None:
     # worker seed from the loader's generator at each epoch, a draw its resume
     # does not replay, so sharing one generator changes the next epoch's order.
     seed = int(cfg.get("seed", 0))
-    loader = StatefulDataLoader(
-        train_set,
-        batch_size=batch_size,
-        sampler=RandomSampler(train_set, generator=torch.Generator().manual_seed(seed)),
-        generator=torch.Generator().manual_seed(seed + 1),
-    )
+    with warnings.catch_warnings():
+        # torchdata 0.11's constructor calls torch.set_vital, which torch deprecated: a UserWarning in every
+        # cell's stderr.log that says nothing about this training. Only that message, only here.
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+        loader = StatefulDataLoader(
+            train_set,
+            batch_size=batch_size,
+            sampler=RandomSampler(train_set, generator=torch.Generator().manual_seed(seed)),
+            generator=torch.Generator().manual_seed(seed + 1),
+        )
     state: dict[str, Any] = {
         "model": model,
         "optimizer": opt,
