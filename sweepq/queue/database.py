@@ -197,7 +197,11 @@ class Database:
         """Create or upgrade the schema to this sweepq's, once, even with several launches at once."""
         if self.readonly:
             raise RuntimeError(f"the database {self.describe()} was opened read-only")
-        if db.current_revision(self.engine) == db.SCHEMA_HEAD:
+        # Asked through the read-only recipe first: a newer sweepq's database is refused before
+        # this process connects as a writer or makes the lock file (nothing of the root changes).
+        revision = self.revision() if self.exists() else None
+        root_checks.check_known(revision, self.describe())
+        if revision == db.SCHEMA_HEAD:
             return  # the usual case: no lock file, no migration environment
         with self._migration_lock():
             db.upgrade(self.engine, self.describe())

@@ -68,17 +68,13 @@ def upgrade(engine: Engine, where: str) -> None:
     if rev == SCHEMA_HEAD:
         return  # current: alembic (and its script folder) is loaded only when a migration runs
     from alembic import command
-    from alembic.script import ScriptDirectory
 
     head = head_revision()
     if rev == head:
         return
-    script = ScriptDirectory.from_config(_alembic_config())
-    if rev is not None and script.get_revision(rev) is None:
-        raise UsageError(
-            f"the database at {where} has schema revision {rev}, which this "
-            f"sweepq ({head}) does not know: it was made by a newer sweepq. Upgrade sweepq."
-        )
+    # Asked again under the migration lock (another process may have written it meanwhile); alembic's
+    # own lookup of an unknown revision raises its "Can't locate revision" with a long traceback.
+    root_checks.check_known(rev, where)
     cfg = _alembic_config()
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn

@@ -34,7 +34,7 @@ from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
 from sweepq.errors import UsageError
 from sweepq.layout import CellPaths
 from sweepq.outcome import account_of
-from sweepq.queue import liveness, reconcile
+from sweepq.queue import liveness, reconcile, root_checks
 from sweepq.queue.database import Database
 from sweepq.queue.models import AttemptRow, CellRow, SweepRow
 from sweepq.queue.reaper import sync_checkpoints
@@ -83,6 +83,8 @@ def rebuild(root: Path, sweep: Sweep, *, force: bool = False) -> Rebuilt:
     """Move the database aside and make a new queue from the sweep file and the files; see the module."""
     database = Database.for_root(root)
     why = damage(root, database)
+    if why is None and database.exists():  # a sound queue of a newer sweepq is never rebuilt by this one
+        root_checks.check_known(database.revision(), database.describe())
     if why is None and not force:
         raise UsageError(_not_damaged(root, database))
     if database.path is None:

@@ -14,6 +14,9 @@ from sweepq.queue.sqlite_file import DatabaseDamaged
 
 #: The newest revision in migrations/versions (tests/unit/test_store.py holds it to alembic's head).
 SCHEMA_HEAD = "0006"
+#: Every revision in migrations/versions, oldest first (tests/process/test_newer_database.py holds it to
+#: alembic's scripts): any other revision in a database was written by a newer sweepq.
+KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006")
 
 
 def database_file(root: Path) -> Path:
@@ -46,8 +49,27 @@ def not_a_root(root: Path, where: str) -> UsageError:
     )
 
 
+def check_known(revision: str | None, where: str) -> None:
+    """For every opening, before anything is written: refuse a database a newer sweepq wrote.
+
+    Its schema may hold what this sweepq would misread or overwrite, and no migration of this
+    sweepq leads from it: the only way on is the newer sweepq (never a downgrade of the database).
+    """
+    if revision is not None and revision not in KNOWN_REVISIONS:
+        from sweepq.version import __version__
+
+        raise UsageError(
+            f"the database at {where} was written by a newer sweepq: its schema revision {revision} is not one "
+            f"this sweepq ({__version__}, schema {SCHEMA_HEAD}) knows, and this command "
+            "changed nothing. Upgrade sweepq on this machine to the version that wrote it (`pip install -U sweepq`), "
+            "then run the command again; never downgrade the database: every machine that uses this sweep root "
+            "needs that sweepq."
+        )
+
+
 def check_current(revision: str | None, where: str) -> None:
     """For read-only commands: refuse a database whose schema is not this sweepq's."""
+    check_known(revision, where)
     if revision != SCHEMA_HEAD:
         raise UsageError(
             f"the database at {where} has schema revision {revision}, this sweepq "
