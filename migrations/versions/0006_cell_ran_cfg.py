@@ -28,5 +28,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('cells', schema=None) as batch_op:
-        batch_op.drop_column('ran_cfg')
+    # In place, not batch mode: copying `cells` would drop a table that attempts and checkpoints reference
+    # (foreign keys are on). SQLite drops a plain column in place since 3.35.
+    op.execute("ALTER TABLE cells DROP COLUMN ran_cfg")

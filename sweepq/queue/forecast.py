@@ -142,9 +142,10 @@ class Settled:
 
 
 def _when(attempts: Sequence[AttemptSeen], settled: Settled) -> tuple[datetime | None, datetime | None]:
-    """When the first of `attempts` and `settled` started, and the last ended."""
-    began = [a.started_at for a in attempts] + ([settled.began] if settled.began else [])
-    ends = [a.ended_at for a in attempts if a.ended_at] + ([settled.last_end] if settled.last_end else [])
+    """When the first of `attempts` and `settled` started, and the last ended (attempts made since their cell
+    was last run afresh: a reset cell's earlier attempts are not the sweep's time any more)."""
+    began = [a.started_at for a in attempts if a.current] + ([settled.began] if settled.began else [])
+    ends = [a.ended_at for a in attempts if a.ended_at and a.current] + ([settled.last_end] if settled.last_end else [])
     return min(began, default=None), max(ends, default=None)
 
 

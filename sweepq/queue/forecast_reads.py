@@ -136,7 +136,7 @@ def _attempt(a: Any, mark: Any, progress: Point | None) -> AttemptSeen:
     if not lasts and mark is not None:
         lasts = [Point(mark.last_at, mark.last_step)]
     last = max(lasts, key=lambda p: (p.step, p.at), default=None)
-    return AttemptSeen(a.started_at, a.start_step or 0, first, last, a.ended_at)
+    return AttemptSeen(a.started_at, a.start_step or 0, first, last, a.ended_at, bool(a.current))
 
 
 def _end(a: Any) -> Point | None:
@@ -190,10 +190,13 @@ _UNSETTLED_CELLS = (
 
 _ATTEMPTS = (
     "SELECT attempts.cell_id, attempts.number, attempts.started_at, attempts.ended_at, attempts.start_step, "
-    "attempts.end_step, attempts.wall_seconds, attempts.reason "
+    "attempts.end_step, attempts.wall_seconds, attempts.reason, "
+    "attempts.number > (SELECT cells.budget_base FROM cells WHERE cells.id = attempts.cell_id) AS current "
     "FROM attempts WHERE{only} 1 ORDER BY attempts.cell_id, attempts.number"
 )
-_AttemptRow = namedtuple("_AttemptRow", "cell_id number started_at ended_at start_step end_step wall_seconds reason")
+_AttemptRow = namedtuple(
+    "_AttemptRow", "cell_id number started_at ended_at start_step end_step wall_seconds reason current"
+)
 
 # Per attempt, its first and last checkpoint (steps grow with time within an attempt), and the
 # newest committed step (what the cell resumes from).
@@ -212,7 +215,9 @@ _SETTLED_LENGTHS = (
     "SELECT cells.group_number, sum(cells.total_steps), count(*) FROM cells "
     f"WHERE {_SETTLED} AND cells.total_steps IS NOT NULL AND cells.total_steps != 0 GROUP BY cells.group_number"
 )
+# The sweep's time: attempts made since their cell was last run afresh (reset, retry: its budget_base).
 _SETTLED_TIMES = (
     "SELECT min(attempts.started_at), max(attempts.ended_at) "
-    f"FROM attempts JOIN cells ON cells.id = attempts.cell_id WHERE {_SETTLED}"
+    f"FROM attempts JOIN cells ON cells.id = attempts.cell_id WHERE {_SETTLED} "
+    "AND attempts.number > cells.budget_base"
 )

@@ -25,6 +25,9 @@ class AttemptSeen(NamedTuple):
     first: Point | None = None  # the earliest point past its start (its first checkpoint)
     last: Point | None = None  # the latest (its end, newest checkpoint, or latest progress)
     ended_at: datetime | None = None  # None while it runs
+    # Made since the cell was last run afresh (`reset`, `retry`, `--rerun-changed` raise its budget_base):
+    # only those count in the sweep's elapsed time (an attempt before a reset still measures its speed).
+    current: bool = True
 
 
 #: A running attempt's speed counts once its steps cover this many seconds: its progress reaches the

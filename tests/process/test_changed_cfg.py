@@ -185,3 +185,29 @@ def assert_retrained(root: Path) -> None:
     status = read("status", "--root", str(root))
     assert "ran with an older cfg" not in status and "same in every cell: epochs=4, peak=1" in status
     assert "4/4" in row_of(status, "1.1")
+
+
+def test_status_counts_time_from_the_reset_not_from_attempts_before_it(ran_once: Path, tmp_path: Path) -> None:
+    """`took` is the sweep's time since its cells were last run afresh: a reset's earlier attempts drop out."""
+    from datetime import datetime
+
+    from sweepq.cli.header import duration
+
+    d = tmp_path / "grow"
+    shutil.copytree(ran_once, d)
+    root = d / "runs" / "grow"
+    assert read("status", "--root", str(root)).startswith("took ")
+    reset = cli("reset", "1.1", "1.2", "--root", str(root))
+    assert reset.returncode == 0 and "reset: 1.1, 1.2" in reset.stdout
+    head = read("status", "--root", str(root)).splitlines()[0]  # no time yet: the old attempts measure speed only
+    assert head.startswith("eta ") and head.endswith(" · 2 queued") and "elapsed" not in head and "took" not in head
+    again = launch(d / "grow.yaml")
+    assert again.returncode == 0, again.stdout + again.stderr
+    second = [a for a in as_json("attempts", "--root", str(root)) if a["number"] == 2]
+    assert len(second) == 2
+
+    def at(text: str) -> datetime:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    took = max(at(a["ended_at"]) for a in second) - min(at(a["started_at"]) for a in second)
+    assert read("status", "--root", str(root)).splitlines()[0] == f"took {duration(took.total_seconds())} · 2 done"
