@@ -177,7 +177,7 @@ def identity(v: Any) -> Hashable:
 
 def varying(cells: Sequence[CellRecord]) -> list[str]:
     """The flattened keys whose values differ between `cells`, in the order the cells first name them."""
-    flat = [flatten(c.cfg) for c in cells]
+    flat = [flatten(c.result_cfg) for c in cells]  # the cfg each result came from
     keys = list(dict.fromkeys(k for f in flat for k in f))
     return [k for k in keys if len({identity(f.get(k)) for f in flat}) > 1]
 
@@ -214,7 +214,7 @@ def _analyse_group(
     kept = [(c, v) for c, v in zip(members, values, strict=True) if v is not None and math.isfinite(v)]
     if not keys or not kept:
         return None
-    design = {c.id: flatten(c.cfg) for c in members}
+    design = {c.id: flatten(c.result_cfg) for c in members}
     rows = tuple(GridRow(c.id, {k: design[c.id].get(k) for k in keys}, v) for c, v in kept)
     ids = {c.id: tuple(identity(design[c.id].get(k)) for k in keys) for c in members}
     expected = math.prod(len({i[n] for i in ids.values()}) for n in range(len(keys)))

@@ -166,7 +166,7 @@ def tensorboard_command(dest: str, spec: str | None, root: str | None, cells: tu
     with reading(spec, root) as store:
         target = _replaceable(Path(dest))
         chosen = select_cells(store.cells(), cells) if cells else store.cells()
-        cfgs = {c.id: c.cfg for c in chosen}
+        cfgs = {c.id: c.result_cfg for c in chosen}  # the cfg each result came from
         metric = store.settings().metric
         tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
         try:

@@ -76,7 +76,7 @@ def plot(
         if by is None:
             pic = draw.draw_cells(histories, name, goal, path, title)
         else:
-            cfgs = {c.id: c.cfg for c in chosen}
+            cfgs = {c.id: c.result_cfg for c in chosen}  # the cfg each curve came from
             pic = draw.draw_groups(group_by(histories, cfgs, by), name, by, path, f"{title} by {by}")
     what = "cells" if by is None else f"values of {by}"
     click.echo(f"wrote {path}: {name}, {pic.curves} {what}, {pic.points} points drawn")

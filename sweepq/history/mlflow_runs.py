@@ -94,7 +94,7 @@ def cell_run(cell: CellRecord, history: CellStream, attempts: list[AttemptRecord
     (what the tags and the digest need) and again each time the run's metrics are written."""
     left_out: list[tuple[str, str]] = []
     params = {}
-    for dotted, value in flat(cell.cfg, "cfg").items():
+    for dotted, value in flat(cell.result_cfg, "cfg").items():  # the cfg its results came from
         key, text = dotted.removeprefix("cfg."), value if isinstance(value, str) else _json(value)
         if why := refusal(key) or _too_long(text):
             left_out.append((f"cfg key {key!r}", why))

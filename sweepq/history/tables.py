@@ -132,7 +132,7 @@ def attempt_rows(
 def cell_table(cells: Iterable[CellRecord], metric: str | None) -> tuple[list[str], list[list[str]]]:
     """cells.csv: header and rows; every cfg key as `cfg.<key>`, every latest metric as `metrics.<name>`."""
     cells = list(cells)
-    cfgs = [flat(c.cfg, "cfg") for c in cells]
+    cfgs = [flat(c.result_cfg, "cfg") for c in cells]  # the cfg each result came from
     metrics = [flat(c.metrics or {}, "metrics") for c in cells]
     cfg_keys = sorted({k for d in cfgs for k in d})
     metric_keys = sorted({k for d in metrics for k in d})

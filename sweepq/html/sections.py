@@ -64,7 +64,7 @@ def header(r: Report) -> str:
 
 def status(r: Report) -> str:
     """The cells: state, the cfg keys that vary, step, the sweep's metric, attempts, last reason. Sortable."""
-    cfgs = [c.cfg for c in r.cells]
+    cfgs = [c.result_cfg for c in r.cells]  # the cfg each result came from
     varying, same = params.split_keys(cfgs)
     named = params.headers(varying)
     flat = [params.flatten(c) for c in cfgs]

@@ -10,6 +10,7 @@ edit does the same in one launch.
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import subprocess
@@ -144,6 +145,15 @@ def test_refused_then_kept_under_the_cfg_it_ran_with_then_rerun(grown: tuple[Pat
     table = read("best", "--root", str(root))
     assert "done (ran with an older cfg)" in row_of(table, "1.1")
     assert "same in every cell: epochs=2, peak=1" in table
+
+    # exports pair each result with the cfg it came from too
+    exported = cli("export", "csv", str(root.parent / "csv"), "--root", str(root))
+    assert exported.returncode == 0, exported.stderr
+    with (root.parent / "csv" / "cells.csv").open() as f:
+        assert [(r["cell"], r["cfg.epochs"], r["state"]) for r in csv.DictReader(f)] == [
+            ("1.1", "2", "done"),
+            ("1.2", "2", "done"),
+        ]
 
     # The same file again, asking for the new cfg: both cells train on from step 6 under epochs: 4
     rerun = launch(spec, "--rerun-changed")
