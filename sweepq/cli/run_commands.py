@@ -22,7 +22,7 @@ from sweepq.spec.sweep import Sweep, load_sweep
 @json_option
 @friendly
 def plan(spec: str, as_json: bool) -> None:
-    """Expand SPEC and list its cells in run order (touches nothing on disk, imports no training code)."""
+    """Expand SPEC and list its cells in run order (touches nothing on disk)."""
     from sweepq.spec.preflight import entry_problem, preflight
 
     sweep = load_sweep(spec)
