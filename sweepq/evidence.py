@@ -113,10 +113,12 @@ class Evidence:
     metrics: Mapping[str, Any] | None = None  # what train returned or run.finish() got, as JSON
     stop_requested: bool = False  # a stop signal reached this process
     stop_signal: int | None = None  # the first one, when known
+    flooded: str | None = None  # TRAINING, PROGRAM: the attempt printed past its flood limit (the words)
     # -- an exit (PROGRAM: the program's; WORKER: the attempt process's)
     exit_code: int | None = None  # os.waitstatus_to_exitcode (negative: a signal); None: it never ran
     start_failure: tuple[str, str] | None = None  # PROGRAM: (what failed, its detail): it never ran
     report: Report | None = None  # PROGRAM: the program's outcome file
+    bad_outcome_file: str | None = None  # PROGRAM: what was at the outcome file instead of a file (the words)
     stop_forwarded: bool = False  # PROGRAM: a stop was forwarded to the program as SIGTERM
     killed_after_grace: bool = False  # PROGRAM, WORKER: SIGKILLed by its parent after the grace period
     reported_only: bool = False  # PROGRAM: `done_when: reported`: only a reported completion is done

@@ -251,6 +251,10 @@ def _sigkill(e: Evidence) -> bool:
     return e.signal == signal.SIGKILL
 
 
+def _bad_outcome_file(e: Evidence) -> bool:
+    return e.bad_outcome_file is not None and not e.stop_requested and not _stop_exit(e)
+
+
 # fmt: off
 PROGRAM_RULES = (
     Rule("could not be started", _PROGRAM, lambda e: e.start_failure is not None, _not_started),
@@ -260,6 +264,8 @@ PROGRAM_RULES = (
     Rule("SIGKILLed by its attempt after the grace period", _PROGRAM,
          lambda e: _sigkill(e) and e.killed_after_grace, _killed_after_grace),
     Rule("SIGKILLed from outside: oom on kernel evidence, else lost", _PROGRAM, _sigkill, _program_killed),
+    Rule("left something other than a regular file at its outcome file (a FIFO, a link, a folder)", _PROGRAM,
+         _bad_outcome_file, lambda e: Outcome(Reason.ERROR, note=e.bad_outcome_file)),
     Rule("its outcome file names a failure", _PROGRAM, lambda e: _reported(e) in FAILURES, _reported_failure),
     Rule("exit 0, its file says completed (run.finish())", _PROGRAM,
          lambda e: e.exit_code == 0 and _reported(e) is Reason.COMPLETED,
@@ -371,7 +377,21 @@ REAPER_RULES = (
 )
 # fmt: on
 
-RULES: tuple[Rule, ...] = TRAINING_RULES + PROGRAM_RULES + WORKER_RULES + REAPER_RULES
+# -- an attempt that printed past its flood limit (execution/logkeeper.py stopped it) ------------------
+
+
+def _flooded(e: Evidence) -> bool:
+    """Stopped for its flood of output, unless it finished first (train returned, or exit 0 after run.finish())."""
+    completed = e.exit_code == 0 and _reported(e) is Reason.COMPLETED
+    return e.flooded is not None and not e.finished and not completed
+
+
+FLOOD_RULES = (
+    Rule("printed past its flood limit (SWEEPQ_LOG_FLOOD) and was stopped", _only(Witness.TRAINING, Witness.PROGRAM),
+         _flooded, lambda e: Outcome(Reason.LOG_FLOOD, note=e.flooded)),
+)
+
+RULES: tuple[Rule, ...] = FLOOD_RULES + TRAINING_RULES + PROGRAM_RULES + WORKER_RULES + REAPER_RULES
 
 
 # -- amendments ----------------------------------------------------------------------------------------

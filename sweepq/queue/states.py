@@ -35,6 +35,7 @@ class Reason(StrEnum):
     TIMEOUT = "timeout"  # the attempt ran past max_attempt_seconds
     CANCELLED = "cancelled"  # the user cancelled the cell
     DISK_FULL = "disk_full"  # out of disk space or quota, or a file system remounted read-only
+    LOG_FLOOD = "log_flood"  # printed past SWEEPQ_LOG_FLOOD bytes: stopped (its logs keep their head and tail)
 
 
 class CheckpointState(StrEnum):
@@ -129,7 +130,16 @@ def state_after(reason: Reason, budget_left: bool) -> CellState:
 
 #: Reasons whose retries are counted against a budget (preemption never is).
 BUDGETED = frozenset(
-    {Reason.LOST, Reason.OOM, Reason.NAN, Reason.ERROR, Reason.DATA_ERROR, Reason.TIMEOUT, Reason.DISK_FULL}
+    {
+        Reason.LOST,
+        Reason.OOM,
+        Reason.NAN,
+        Reason.ERROR,
+        Reason.DATA_ERROR,
+        Reason.TIMEOUT,
+        Reason.DISK_FULL,
+        Reason.LOG_FLOOD,
+    }
 )
 
 #: The machine's faults, not the cell's: the cell resumes from its last committed checkpoint.
@@ -137,7 +147,8 @@ MACHINE_FAULTS = frozenset({Reason.DISK_FULL})
 
 #: Budgets that `retries:` does not set. A full disk is freed by a person, maybe hours later:
 #: ten retries, backing off up to `backoff_max_seconds` each, before the cell is `failed`.
-OWN_BUDGETS: dict[Reason, int] = {Reason.DISK_FULL: 10}
+#: A program that floods its logs floods them again: no retry, the cell is `failed` (fix it, `sweepq retry`).
+OWN_BUDGETS: dict[Reason, int] = {Reason.DISK_FULL: 10, Reason.LOG_FLOOD: 0}
 
 
 def budget_of(reason: Reason, budgets: Mapping[str, int]) -> int:

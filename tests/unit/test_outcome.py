@@ -22,6 +22,8 @@ def exc(kind: Kind, step: int | None = None) -> Raised:
     return Raised(kind, kind.value, f"Traceback ...\n{kind.value}", step)
 
 
+FLOOD = "printed 1.0 GiB to stdout.log and stderr.log, past its flood limit"
+FIFO = "$SWEEPQ_OUTCOME_FILE (/r/o.json) is a FIFO, not a file"
 FULL = Raised(Kind.DISK_FULL, "OSError", "Traceback ...\ndisk_full", disk="disk full on tmpfs (/mnt/x, 0 B free)")
 
 
@@ -197,6 +199,18 @@ def rows() -> list[Row]:
         Row("DONE.json", Evidence(X, done={"step": 40, "metrics": {"a": 1}}), "completed", "closed from DONE.json",
             {"end_step": 40, "metrics": {"a": 1}}),
         Row("nothing left", Evidence(X, step=12), "lost", "the process vanished", {"end_step": 12}),
+        # -- a flood of output, stopped by its attempt
+        Row("train flooded its logs", Evidence(T, raised=exc(Kind.OTHER), flooded=FLOOD), "log_flood", FLOOD),
+        Row("train returned after a flood: done", Evidence(T, finished=True, flooded=FLOOD), "completed"),
+        Row("program flooded its logs", Evidence(P, exit_code=-TERM, stop_forwarded=True, flooded=FLOOD),
+            "log_flood", FLOOD, {"exit_signal": TERM}),
+        Row("program flooded, killed after grace", Evidence(P, exit_code=-KILL, killed_after_grace=True,
+            flooded=FLOOD), "log_flood"),
+        Row("program finished after a flood: done", Evidence(P, exit_code=0, report=Report(reason="completed"),
+            flooded=FLOOD), "completed"),
+        # -- a program that left no file at its outcome file
+        Row("a FIFO at the outcome file", Evidence(P, exit_code=0, bad_outcome_file=FIFO), "error", FIFO),
+        Row("a FIFO at the outcome file, stopped", Evidence(P, exit_code=75, bad_outcome_file=FIFO), "preempted"),
     ]  # fmt: skip
 
 

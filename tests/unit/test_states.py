@@ -48,6 +48,7 @@ def test_state_and_reason_names_are_the_contract() -> None:
         "timeout",
         "cancelled",
         "disk_full",
+        "log_flood",
     }
 
 
@@ -118,8 +119,14 @@ def test_every_state_after_is_a_legal_move_from_running() -> None:
 
 def test_budgeted_reasons() -> None:
     budgeted = {Reason.LOST, Reason.OOM, Reason.NAN, Reason.ERROR, Reason.DATA_ERROR, Reason.TIMEOUT, Reason.DISK_FULL}
-    assert budgeted == states.BUDGETED
+    assert budgeted | {Reason.LOG_FLOOD} == states.BUDGETED
     assert Reason.PREEMPTED not in states.BUDGETED
+
+
+def test_a_log_flood_fails_the_cell_at_once() -> None:
+    """A program that floods its logs floods them again: its budget is 0 unless `retries:` names it."""
+    assert states.budget_of(Reason.LOG_FLOOD, {"error": 3}) == 0
+    assert states.state_after(Reason.LOG_FLOOD, budget_left=False) is F
 
 
 def test_a_full_disk_interrupts_with_its_own_budget_and_back_off() -> None:
