@@ -20,9 +20,12 @@ receipt's exit_code / exit_signal are the program's.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import resource
 import select
+import stat
 import signal
 import subprocess
 import sys
@@ -32,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from sweepq import layout
-from sweepq.atomic import read_json
 from sweepq.checkpoint import storage
 from sweepq.checkpoint.manifest import CheckpointTooNew
 from sweepq.errors import SpecError
@@ -101,10 +103,15 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
         return _not_started(f"could not start {argv0!r}", f"{argv0}: {e}"), None
     status, rusage, forwarded, killed = _supervise(proc)
     peak = int(rusage.ru_maxrss) * 1024
-    report = read_outcome(paths.outcome(spec.attempt))
+    bad: str | None = None
+    try:
+        report = read_outcome(paths.outcome(spec.attempt))
+    except BadOutcomeFile as e:
+        report, bad = None, str(e)
     outcome = classify_exit(
         os.waitstatus_to_exitcode(status),
         report,
+        bad_outcome_file=bad,
         stopped=forwarded,
         killed_by_us=killed,
         oom_evidence=(before, peak),
@@ -185,6 +192,8 @@ def classify_exit(
     killed_by_us: bool = False,
     oom_evidence: tuple[OomCounters, int | None] | None = None,
     reported_only: bool = False,
+    bad_outcome_file: str | None = None,
+    flooded: str | None = None,
 ) -> Outcome:
     """How an attempt ended, from the program's exit status and its outcome file (if any).
 
@@ -202,6 +211,8 @@ def classify_exit(
         killed_after_grace=killed_by_us,
         grace_seconds=grace_seconds(),
         reported_only=reported_only,
+        bad_outcome_file=bad_outcome_file,
+        flooded=flooded,
     )
     if evidence.signal == signal.SIGKILL and not killed_by_us and oom_evidence is not None:
         before, peak = oom_evidence
@@ -209,13 +220,60 @@ def classify_exit(
     return _judged(evidence)
 
 
+#: The most of an outcome file that is read: a few keys of JSON (a bigger one is not an outcome file).
+OUTCOME_MAX_BYTES = 16 << 20
+
+
+class BadOutcomeFile(Exception):
+    """Something other than a regular file at $SWEEPQ_OUTCOME_FILE: a FIFO, a link, a folder, a device."""
+
+
 def read_outcome(path: Path) -> dict[str, Any] | None:
-    """The outcome file, or None when the program wrote none (or an unreadable one)."""
+    """The outcome file, or None when the program wrote none (or an unreadable one).
+
+    Raises BadOutcomeFile for what is there but is no regular file. It is opened without
+    blocking and without following a link (O_NONBLOCK | O_NOFOLLOW), then checked with
+    fstat: a FIFO left there would otherwise block this supervisor for ever (no writer
+    will come), and a link could make it read any file of the machine.
+    """
     try:
-        data = read_json(path)
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+            raise BadOutcomeFile(_not_a_file(path, "a symbolic link")) from e
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadOutcomeFile(_not_a_file(path, _kind(st.st_mode)))
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(OUTCOME_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > OUTCOME_MAX_BYTES:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def _not_a_file(path: Path, what: str) -> str:
+    return (
+        f"the outcome file {path} ($SWEEPQ_OUTCOME_FILE) is {what}, not a regular file: sweepq ignored it. "
+        "A program that reports its outcome writes a JSON file there (or uses Run.from_env()); "
+        "leave nothing else at that path"
+    )
 
 
 @dataclass
