@@ -25,8 +25,8 @@ import json
 import os
 import resource
 import select
-import stat
 import signal
+import stat
 import subprocess
 import sys
 import time
