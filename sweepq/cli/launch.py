@@ -372,8 +372,9 @@ def _run(store: Store, prepared: Prepared, launcher: Launcher, ready_fd: int | N
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    stopped = sum(1 for p in launcher.procs if p.returncode == EXIT_DISK_FULL)
-    if stopped:  # their lines went to logs on the full disk, if anywhere: say it here
+    # Which workers a full disk (or inode table) stopped, by name: their lines went to logs on that disk, if anywhere.
+    stopped = [_worker_name(p) for p in launcher.procs if p.returncode == EXIT_DISK_FULL]
+    if stopped:
         console.print(workers_stopped(store.database.path, stopped), highlight=False)
     if launcher.stops >= 2:
         reap(store, override=Outcome(Reason.PREEMPTED, note="hard stop (second interrupt): no emergency checkpoint"))
@@ -382,6 +383,12 @@ def _run(store: Store, prepared: Prepared, launcher: Launcher, ready_fd: int | N
     if interrupted:
         console.print("interrupted: run the same command again to resume")
     return exit_code(store, interrupted)
+
+
+def _worker_name(proc: subprocess.Popen[bytes]) -> str:
+    """The --name a worker was started with (its pid where there is none)."""
+    args = [str(a) for a in proc.args] if isinstance(proc.args, (list, tuple)) else []
+    return args[args.index("--name") + 1] if "--name" in args[:-1] else f"pid {proc.pid}"
 
 
 def _tell_ready(fd: int) -> None:
