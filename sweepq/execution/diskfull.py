@@ -23,6 +23,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -100,27 +101,37 @@ def database_full(e: BaseException, db: Path | None) -> str | None:
 def describe(err: int, path: str | os.PathLike[str] | None = None) -> str:
     """'disk full on tmpfs (/mnt/scratch, 12.0 KiB free)' for the file system that holds `path`.
 
+    ENOSPC on a file system whose inode table is full (bytes free, but no file can be
+    created) is said as such: 'no free inodes on tmpfs (/mnt/scratch, 64 of 64 used)'.
+    Saying "disk full ... 56.1 MiB free" would send the user looking for space that is there.
+
     Without a path: the attempt's folder (from its attempt file), else the current folder.
     """
     where = _existing(Path(path) if path is not None else _attempt_folder())
     point, source = _mount_of(where)
     try:
         st = os.statvfs(where)
-        free = _size(st.f_bavail * st.f_frsize)
     except OSError:
-        free = "unknown"
-    return f"{DISK_ERRNOS.get(err, 'disk full')} on {source} ({point}, {free} free)"
+        return f"{DISK_ERRNOS.get(err, 'disk full')} on {source} ({point}, unknown free)"
+    if err == errno.ENOSPC and out_of_inodes(st):
+        return f"no free inodes on {source} ({point}, {st.f_files - st.f_ffree} of {st.f_files} used)"
+    return f"{DISK_ERRNOS.get(err, 'disk full')} on {source} ({point}, {_size(st.f_bavail * st.f_frsize)} free)"
+
+
+def out_of_inodes(st: os.statvfs_result) -> bool:
+    """No file can be created there: its inode table is full (a file system without one reports 0 inodes)."""
+    return st.f_files > 0 and st.f_favail == 0
 
 
 def disk_state(path: str | os.PathLike[str]) -> int | None:
-    """EROFS for a read-only file system, ENOSPC for one with no room left for this user, else None."""
+    """EROFS for a read-only file system, ENOSPC for one with no room (bytes or inodes) left for this user, else None."""
     try:
         st = os.statvfs(_existing(Path(path)))
     except OSError:
         return None
     if st.f_flag & os.ST_RDONLY:
         return errno.EROFS
-    return errno.ENOSPC if st.f_bavail == 0 else None
+    return errno.ENOSPC if st.f_bavail == 0 or out_of_inodes(st) else None
 
 
 def _attempt_folder() -> Path:
@@ -280,11 +291,14 @@ class Stoppable(Protocol):
     def kill(self) -> None: ...
 
 
-def stop_worker(words: str, child: Stoppable | None, grace: float) -> int:
-    """The database cannot be written: stop the training process gracefully (its receipt file is
-    then the attempt's account, read by the next launch's reaper) and return EXIT_DISK_FULL."""
+def stop_worker(
+    words: str, child: Stoppable | None, grace: float, what: str = "the queue database cannot be written"
+) -> int:
+    """The database (or another file of the worker's: `what`) cannot be written: stop the training
+    process gracefully (its receipt file is then the attempt's account, read by the next launch's
+    reaper) and return EXIT_DISK_FULL, which the launch reports."""
     say(
-        f"sweepq worker: {words}: the queue database cannot be written, so this worker stops "
+        f"sweepq worker: {words}: {what}, so this worker stops "
         "(its running attempt writes its receipt, which the next launch records)"
     )
     if child is not None and child.poll() is None:
@@ -297,12 +311,30 @@ def stop_worker(words: str, child: Stoppable | None, grace: float) -> int:
     return EXIT_DISK_FULL
 
 
-def workers_stopped(db: Path | None, count: int) -> str:
-    """What a launch says when `count` of its workers exited EXIT_DISK_FULL."""
+def worker_disk_error(e: OSError, root: Path) -> tuple[str, str] | None:
+    """(the words for the disk, what could not be written) for an error of a worker's own file
+    write outside its database (an attempt's folder, its attempt file); None for any other error."""
+    found = disk_error(e)
+    if found is None:
+        return None
+    err, name = found
+    return describe(err, name or root), f"{name or 'a file of the sweep'} could not be written"
+
+
+def workers_stopped(db: Path | None, stopped: int | Sequence[str]) -> str:
+    """What a launch says when workers exited EXIT_DISK_FULL: how many (or their names), and why."""
+    names = [] if isinstance(stopped, int) else list(stopped)
+    count = stopped if isinstance(stopped, int) else len(names)
     state = (disk_state(db) if db is not None else None) or errno.ENOSPC
+    words = describe(state, db)
     who = "a worker" if count == 1 else f"{count} workers"
+    if names:
+        who = f"worker {names[0]}" if count == 1 else f"{count} workers ({', '.join(names)})"
+    if words.startswith("no free inodes"):
+        advice = "Remove some files there (every file takes an inode, however small; its bytes are not the problem)"
+    else:
+        advice = "Free some space (or remount the file system read-write)"
     return (
-        f"{describe(state, db)}: {who} could not write the queue database and stopped. Free some space "
-        "(or remount the file system read-write), then run the same command again: each cell resumes "
-        "from its last committed checkpoint."
+        f"{words}: {who} could not write the sweep's files and stopped. {advice}, "
+        "then run the same command again: each cell resumes from its last committed checkpoint."
     )

@@ -92,6 +92,11 @@ class Worker:
             if words is None:
                 raise
             return diskfull.stop_worker(words, self.child, GRACE_S)
+        except OSError as e:  # a full disk (or inode table) refused another file of its own: the same
+            said = diskfull.worker_disk_error(e, self.root)
+            if said is None:
+                raise
+            return diskfull.stop_worker(said[0], self.child, GRACE_S, what=said[1])
         finally:
             self.starter.close()
             self.store.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 FILLER = ".filler"  # hidden: no listing of the sweep's folders sees it
+INODE_FILLER = ".inodes"  # a hidden folder of empty files that takes every free inode
 
 
 class SmallDisk:
@@ -53,18 +54,45 @@ class SmallDisk:
     def free(self) -> None:
         (self.path / FILLER).unlink(missing_ok=True)
 
+    @property
+    def free_inodes(self) -> int:
+        return os.statvfs(self.path).f_favail
+
+    def fill_inodes(self, folder: Path | None = None) -> int:
+        """Take every free inode with empty files (in `folder`, default a hidden one); how many were made."""
+        where = folder or self.path / INODE_FILLER
+        made = 0
+        try:
+            where.mkdir(exist_ok=True)
+            while True:
+                os.close(os.open(where / str(made), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600))
+                made += 1
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+        assert self.free_inodes == 0
+        return made
+
+    def free_inodes_back(self, folder: Path | None = None) -> None:
+        where = folder or self.path / INODE_FILLER
+        for child in where.iterdir():
+            child.unlink()
+
     def remount(self, mode: str) -> None:
         subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)], check=True, capture_output=True)
 
 
 @contextmanager
-def small_disk(path: Path, size: str) -> Iterator[SmallDisk]:
-    """A tmpfs of `size` ("4m") on `path`, unmounted afterwards; skips the test when it cannot mount."""
+def small_disk(path: Path, size: str, inodes: int | None = None) -> Iterator[SmallDisk]:
+    """A tmpfs of `size` ("4m") on `path` (with at most `inodes` files and folders), unmounted
+    afterwards; skips the test when it cannot mount."""
     if os.geteuid() != 0:
         pytest.skip("a full disk needs a small file system of its own: mounting a tmpfs needs root")
     path.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", f"size={size}" + (f",nr_inodes={inodes}" if inodes else ""), "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
     )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")

@@ -188,3 +188,38 @@ def test_a_command_that_meets_a_full_disk_says_so_in_one_paragraph_and_exits_2(
     assert result.exit_code == 2, result.output
     assert "disk full on tmpfs" in result.output and "run the same command again" in result.output
     assert "Traceback" not in result.output
+
+
+# -- an inode table that is full: bytes free, no file can be made ------------------------------------------
+
+
+@pytest.fixture
+def few_inodes(tmp_path: Path) -> Iterator[SmallDisk]:
+    with small_disk(tmp_path / "fs", "8m", inodes=64) as d:
+        yield d
+
+
+def test_an_inode_table_that_is_full_is_said_as_such_never_as_a_full_disk(few_inodes: SmallDisk) -> None:
+    made = few_inodes.fill_inodes()
+    assert made > 0 and few_inodes.free_bytes > 4 << 20  # megabytes free: bytes are not what is missing
+    try:
+        open(few_inodes.path / "one-more", "w").close()
+    except OSError as e:
+        error = e
+    else:
+        raise AssertionError("a file was made: the inode table is not full")
+    assert error.errno == errno.ENOSPC
+    st = os.statvfs(few_inodes.path)
+    words = f"no free inodes on tmpfs ({few_inodes.path}, {st.f_files - st.f_ffree} of {st.f_files} used)"
+    assert st.f_files == 64 and st.f_files - st.f_ffree == 64
+    assert raised(error).disk == words  # what a receipt, status, show and attempts say
+    assert diskfull.describe(errno.ENOSPC, few_inodes.path) == words
+    assert diskfull.disk_state(few_inodes.path) == errno.ENOSPC
+    assert diskfull.worker_disk_error(error, few_inodes.path) == (words, f"{error.filename} could not be written")
+    assert diskfull.workers_stopped(few_inodes.path / "sweepq.db", ["vm:1/w2"]) == (
+        f"{words}: worker vm:1/w2 could not write the sweep's files and stopped. Remove some files there (every "
+        "file takes an inode, however small; its bytes are not the problem), then run the same command again: "
+        "each cell resumes from its last committed checkpoint."
+    )
+    few_inodes.free_inodes_back()
+    assert diskfull.disk_state(few_inodes.path) is None
