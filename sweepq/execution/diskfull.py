@@ -124,7 +124,8 @@ def out_of_inodes(st: os.statvfs_result) -> bool:
 
 
 def disk_state(path: str | os.PathLike[str]) -> int | None:
-    """EROFS for a read-only file system, ENOSPC for one with no room (bytes or inodes) left for this user, else None."""
+    """EROFS for a read-only file system, ENOSPC for one with no room (bytes or inodes) left for this user,
+    else None."""
     try:
         st = os.statvfs(_existing(Path(path)))
     except OSError:

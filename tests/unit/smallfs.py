@@ -89,8 +89,9 @@ def small_disk(path: Path, size: str, inodes: int | None = None) -> Iterator[Sma
     if os.geteuid() != 0:
         pytest.skip("a full disk needs a small file system of its own: mounting a tmpfs needs root")
     path.mkdir(parents=True, exist_ok=True)
+    options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}" + (f",nr_inodes={inodes}" if inodes else ""), "tmpfs", str(path)],
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
         capture_output=True,
         text=True,
     )
