@@ -28,7 +28,7 @@ from typing import Any
 
 from sweepq.checkpoint import marker, storage
 from sweepq.checkpoint.fenced import FencedStorage
-from sweepq.execution import fingerprint, program
+from sweepq.execution import fingerprint, logkeeper, program
 from sweepq.execution.attempt_spec import AttemptSpec
 from sweepq.execution.channel import Channel
 from sweepq.execution.diskfull import Reserve, disk_error, guard_streams, write_receipt
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None, started_by: str = "interpreter") -> int:
     argv = sys.argv[1:] if argv is None else argv
     signals.install()
     guard_streams()  # its logs are on the sweep's disk: a full one must not raise from a print
+    logkeeper.capture()  # its logs keep their head and tail, however much is printed (a flood ends it)
     spec = AttemptSpec.load(Path(argv[0]))
     die_with_parent(spec.worker_pid)
     # Before anything of the cell is touched: never a second writer.
@@ -166,7 +167,14 @@ def main(argv: list[str] | None = None, started_by: str = "interpreter") -> int:
     )
     run: Trained | program.ProgramRun | None
     if settings.train:
-        outcome, run = training.run_train(spec, settings, channel, fence.check)
+        try:
+            logkeeper.start_raising()  # a train loop that floods its logs is stopped with LogFlood
+            outcome, run = training.run_train(spec, settings, channel, fence.check)
+        finally:
+            logkeeper.stop_raising()
+        flood = logkeeper.flood_words()
+        if flood is not None and outcome.reason != Reason.COMPLETED:
+            outcome = judged(run, flooded=flood)
     else:
         outcome, run = program.run_program(spec, settings, channel)
     if outcome.reason == Reason.COMPLETED:
@@ -190,6 +198,7 @@ def main(argv: list[str] | None = None, started_by: str = "interpreter") -> int:
         outcome.end_step = run.last_step
         outcome.start_step = run.start_step
         outcome.start_checkpoint_sha = run.start_sha
+    logkeeper.finish()  # the logs as they stay, before anyone reads them for this attempt
     write_receipt(paths.receipt(spec.attempt), outcome.to_json(), reserve)  # with the reserve on a full disk
     channel.send(Ended(outcome=outcome.to_json()))
     if orphaned(spec.worker_pid):

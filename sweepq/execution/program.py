@@ -39,7 +39,7 @@ from sweepq.checkpoint import storage
 from sweepq.checkpoint.manifest import CheckpointTooNew
 from sweepq.errors import SpecError
 from sweepq.evidence import Evidence, Report, Witness, as_int, as_text
-from sweepq.execution import signals
+from sweepq.execution import logkeeper, signals
 from sweepq.execution.attempt_spec import AttemptSpec
 from sweepq.execution.channel import Channel
 from sweepq.execution.memory import OomCounters, judge_sigkill
@@ -112,13 +112,15 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
         os.waitstatus_to_exitcode(status),
         report,
         bad_outcome_file=bad,
+        flooded=logkeeper.flood_words(),
         stopped=forwarded,
         killed_by_us=killed,
         oom_evidence=(before, peak),
         reported_only=settings.done_when == "reported",
     )
     outcome.peak_memory_bytes = peak
-    if outcome.reason in FAILURES | {Reason.LOST} and not outcome.error_tail:
+    logkeeper.sync()  # all the program printed is in its logs before their tail is read
+    if outcome.reason in FAILURES | {Reason.LOST, Reason.LOG_FLOOD} and not outcome.error_tail:
         outcome.error_tail = tail_file(paths.stderr(spec.attempt))
     return outcome, (ProgramRun.from_report(paths, report) if report is not None else None)
 
@@ -142,7 +144,7 @@ def _wait_forwarding(proc: subprocess.Popen[bytes], exited: int | None) -> tuple
         if pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
             return status, rusage, forwarded_at is not None, killed
-        if signals.requested() and forwarded_at is None:
+        if (signals.requested() or logkeeper.flooded()) and forwarded_at is None:
             _signal(proc.pid, signal.SIGTERM)
             forwarded_at = time.monotonic()
         elif forwarded_at is not None and not killed and time.monotonic() - forwarded_at > grace:
