@@ -14,7 +14,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from sweepq.execution.messages import BadMessage, Message, decode, encode
+from sweepq.execution.messages import BadMessage, Message, decode, encode, excerpt
 
 ENV_FD = "SWEEPQ_CHANNEL_FD"
 MAX_MESSAGE = 1 << 20
@@ -60,22 +60,36 @@ class Channel:
 
 @dataclass(frozen=True)
 class Rejected:
-    """A message that decode refused, kept so the worker can say so."""
+    """A message that decode refused, kept so the worker can say so: why, and its first characters."""
 
     why: str
+    excerpt: str = ""
+    size: int = 0
+
+
+MAX_AT_ONCE = 1000  # messages taken per call: a child that floods the channel never starves the worker's loop
 
 
 def receive(sock: socket.socket) -> list[Message | Rejected]:
-    """Every message waiting on a non-blocking worker end (empty list when none)."""
+    """The messages waiting on a non-blocking worker end, at most MAX_AT_ONCE (empty list when none).
+
+    Whatever a child writes is taken as untrusted bytes: one over MAX_MESSAGE (cut by the kernel,
+    MSG_TRUNC) or that is not exactly a message is a Rejected, never an exception of the worker's.
+    """
     out: list[Message | Rejected] = []
-    while True:
+    while len(out) < MAX_AT_ONCE:
         try:
-            data = sock.recv(MAX_MESSAGE)
+            data, _, flags, _ = sock.recvmsg(MAX_MESSAGE)
         except OSError:  # BlockingIOError included: nothing more waiting
             return out
         if not data:
             return out
+        if flags & socket.MSG_TRUNC:
+            why = f"not a message: longer than the channel's limit of {MAX_MESSAGE} bytes"
+            out.append(Rejected(why, excerpt(data), len(data)))
+            continue
         try:
             out.append(decode(data))
         except BadMessage as e:
-            out.append(Rejected(str(e)))
+            out.append(Rejected(str(e), excerpt(data), len(data)))
+    return out

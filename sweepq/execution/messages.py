@@ -150,20 +150,68 @@ def encode(msg: Message) -> bytes:
     return json.dumps({KIND: msg.kind, **body}, default=str, allow_nan=True).encode()
 
 
+MAX_DEPTH = 32  # sweepq's own messages nest 4 levels; deeper is not one of ours
+EXCERPT = 120  # characters of a rejected message kept in its event and words
+_INT64 = 1 << 63  # the database's integers: a wider one is refused here, not by SQLite at the flush
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
+
+
 def decode(data: bytes) -> Message:
-    """The message in `data`; BadMessage when it is not exactly one of KINDS."""
+    """The message in `data`; BadMessage when it is not exactly one of KINDS.
+
+    `data` is untrusted (a stray write of the user's program to the descriptor it inherits, a buggy
+    writer): its nesting is measured without recursion before any parser sees it (100,000 `[`
+    made json's parser raise RecursionError), and what is wrong is named in words of bounded length.
+    """
+    depth = nesting(data)
+    if depth > MAX_DEPTH:
+        raise BadMessage(f"not a message: JSON nested deeper than {MAX_DEPTH} levels")
     try:
         obj = json.loads(data)
-    except ValueError as e:
-        raise BadMessage(f"not JSON: {e}") from None
+    except ValueError as e:  # UnicodeDecodeError included
+        raise BadMessage(f"not JSON: {short(str(e))}") from None
     if not isinstance(obj, dict):
         raise BadMessage(f"not a JSON object: {type(obj).__name__}")
     cls = KINDS.get(obj.get(KIND))  # type: ignore[arg-type]
     if cls is None:
-        raise BadMessage(f"unknown message kind {obj.get(KIND)!r} (known: {', '.join(sorted(KINDS))})")
+        raise BadMessage(f"unknown message kind {short(repr(obj.get(KIND)))} (known: {', '.join(sorted(KINDS))})")
     values = {k: v for k, v in obj.items() if k != KIND}
     _check_fields(cls, values)
     return cls(**values)
+
+
+def nesting(data: bytes) -> int:
+    """How deep `data`'s arrays and objects nest, brackets inside strings not counted (a loop, no recursion).
+
+    Escaped backslashes and quotes are dropped first, then every byte but brackets and quotes: what
+    is left is short for any real message. Stops counting once past MAX_DEPTH."""
+    kept = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    depth = deepest = 0
+    in_string = False
+    for b in kept:
+        if b == 34:  # "
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif b in (91, 123):  # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    break
+        else:
+            depth -= 1
+    return deepest
+
+
+def short(text: str, limit: int = EXCERPT) -> str:
+    """`text` cut to `limit` characters (what a rejection quotes of untrusted input)."""
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def excerpt(data: bytes) -> str:
+    """The start of a rejected message, printable and bounded, for its event."""
+    return short(data[: EXCERPT * 4].decode("utf-8", errors="backslashreplace"))
 
 
 def _check_fields(cls: type[Message], values: dict[str, Any]) -> None:
@@ -173,10 +221,10 @@ def _check_fields(cls: type[Message], values: dict[str, Any]) -> None:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
             [f"unknown {', '.join(unknown)}"] if unknown else []
         )
-        raise BadMessage(f"message {cls.kind!r}: {'; '.join(problems)}")
+        raise BadMessage(short(f"message {cls.kind!r}: {'; '.join(problems)}"))
     for name, hint in _HINTS[cls.kind].items():
         if not _conforms(values[name], hint):
-            raise BadMessage(f"message {cls.kind!r}: {name}={values[name]!r} is not {hint}")
+            raise BadMessage(f"message {cls.kind!r}: {name}={short(repr(values[name]))} is not {hint}")
 
 
 def _conforms(value: Any, hint: Any) -> bool:
@@ -193,5 +241,5 @@ def _conforms(value: Any, hint: Any) -> bool:
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value < _INT64
     return isinstance(value, hint)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -41,3 +44,140 @@ def pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
         return None
+
+
+STRAY_GRACE_S = 5.0  # a leftover process SIGTERMed gets this long to exit before its SIGKILL
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A process an attempt left behind, ended by its worker: who, and the signal that ended it."""
+
+    pid: int
+    command: str
+    signal: str  # "SIGTERM", or "SIGKILL" when it outlived STRAY_GRACE_S
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.command})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "command": self.command, "signal": self.signal}
+
+
+def leftovers(spare: tuple[int, ...], session: int, folder: Path) -> list[int]:
+    """What an attempt that exited left running: never allowed to hold its cell.
+
+    Three ways to find them, each catching what another misses: this worker's descendants (it is a
+    child subreaper, so whatever an attempt forked, daemons that left their session included, is
+    re-parented here when its parent exits); the members of the attempt's session (its process
+    started one: helpers that are still some other process's child); and any process of this user
+    holding the cell folder's lock (a helper that inherited the descriptor, wherever it went).
+    `spare` are pids kept with their descendants (the worker's template process).
+    """
+    import psutil
+
+    from sweepq.queue import lock  # here: checkpoint/ imports this module for usable_cores alone
+
+    me = os.getpid()
+    kept = {me}
+    found: set[int] = set()
+    for pid in spare:
+        try:
+            kept.update([pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))])
+        except psutil.Error:
+            pass
+    try:
+        found.update(c.pid for c in psutil.Process(me).children(recursive=True))
+    except psutil.Error:
+        pass
+    found.update(_in_session(session))
+    found.update(h.pid for h in lock.holders(folder, exclude=tuple(kept)))
+    return sorted(found - kept)
+
+
+LOG_KEEPER = str(Path(__file__).with_name("logkeeper.py"))
+
+
+def log_keepers(pids: list[int]) -> tuple[list[int], list[int]]:
+    """(the others, the attempt's own log keepers): a keeper finishes by itself once its attempt is gone
+    (execution/logkeeper.py), after copying what the pipes still hold; it is waited for, not ended."""
+    keepers = [pid for pid in pids if LOG_KEEPER in _command_of(pid)]
+    return [pid for pid in pids if pid not in keepers], keepers
+
+
+def _command_of(pid: int) -> str:
+    from sweepq.queue import lock
+
+    return lock.command_of(pid)
+
+
+def wait_then_end(pids: list[int], grace: float = STRAY_GRACE_S) -> list[Ended]:
+    """Wait up to `grace` for processes that finish by themselves, then SIGKILL the rest (returned)."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append((psutil.Process(pid), _command_of(pid)))
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs([p for p, _ in procs], timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    late = {p.pid for p in alive}
+    return [Ended(p.pid, command, "SIGKILL") for p, command in procs if p.pid in late]
+
+
+def _in_session(session: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2 :].split()  # after the command, which may hold spaces
+            if int(fields[3]) == session:  # state, ppid, pgrp, session
+                out.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def end_processes(pids: list[int], grace: float = STRAY_GRACE_S) -> list[Ended]:
+    """SIGTERM each, SIGKILL whatever outlives `grace`; returns those that were running, how each ended."""
+    import psutil
+
+    from sweepq.queue import lock
+
+    procs: list[psutil.Process] = []
+    named: dict[int, str] = {}
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue  # already exited: holds nothing, reaped with the others
+            named[pid] = lock.command_of(pid)
+            p.terminate()
+            procs.append(p)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    killed = {p.pid for p in alive}
+    return [Ended(p.pid, named[p.pid], "SIGKILL" if p.pid in killed else "SIGTERM") for p in procs]
+
+
+def ended_words(ended: list[Ended]) -> str:
+    """The note an attempt's row keeps about them."""
+    n = len(ended)
+    return f"sweepq ended {n} process{'es' if n > 1 else ''} the attempt left running: " + ", ".join(map(str, ended))

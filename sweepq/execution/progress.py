@@ -23,6 +23,8 @@ from sweepq.execution.messages import (
 from sweepq.layout import CellPaths
 from sweepq.queue.store import CheckpointState, Store
 
+RECORDED_REJECTIONS = 10
+
 
 @dataclass
 class Progress:
@@ -39,6 +41,8 @@ class Progress:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     fenced: bool = False  # a flush found the attempt no longer current
     usage: dict[str, Any] | None = None  # the worker's latest look at the process (execution/usage.py)
+    rejected: int = 0  # messages the channel refused (events for the first RECORDED_REJECTIONS)
+    first_rejection: str | None = None
 
     def take(self, msg: Message | Rejected) -> None:
         match msg:
@@ -75,9 +79,24 @@ class Progress:
             case Ended():
                 self.end = msg.outcome
             case Rejected():
-                # A training process of another sweepq version, or a bug: say so, never guess.
-                print(f"sweepq: a message from the training process was rejected: {msg.why}", file=sys.stderr)
-                self.events.append(("message_rejected", {"why": msg.why}))
+                # A training process of another sweepq version, a bug, or bytes a program wrote to the
+                # descriptor it inherited: say so, never guess. The first few are recorded one by one,
+                # the rest counted (a flood must not flood the events and the worker's log).
+                self.rejected += 1
+                if self.rejected <= RECORDED_REJECTIONS:
+                    print(f"sweepq: a message on the channel was rejected: {msg.why}", file=sys.stderr)
+                    detail = {"why": msg.why, "excerpt": msg.excerpt, "bytes": msg.size}
+                    self.events.append(("message_rejected", detail))
+                if self.first_rejection is None:
+                    self.first_rejection = msg.why
+
+    def rejected_words(self) -> str | None:
+        """The attempt's note about what the channel refused, or None when it refused nothing."""
+        if not self.rejected:
+            return None
+        if self.rejected == 1:
+            return f"1 message on the channel was rejected: {self.first_rejection}"
+        return f"{self.rejected} messages on the channel were rejected, the first: {self.first_rejection}"
 
     def _fresh(self, msg: Fresh) -> None:
         self.started.update(start_step=0)
@@ -102,6 +121,7 @@ class Progress:
             if not store.is_current(paths.cell_id, number):
                 self._refuse(store, paths.cell_id, number)
                 return
+            store.seen(paths.cell_id, number)  # a sign of life each flush: a reaped attempt ends at its last
             self.flush_started(store, paths.cell_id, number)
             self._flush_checkpoints(store, paths)
             for kind, detail in self.events:

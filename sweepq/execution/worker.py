@@ -25,9 +25,10 @@ from sweepq.execution import channel as chan
 from sweepq.execution import diskfull, gate, usage, usage_text
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.memory import OomCounters, judge_sigkill
+from sweepq.execution import procs
 from sweepq.execution.procs import pidfd
 from sweepq.execution.progress import Progress
-from sweepq.execution.starter import Child, Launch, Starter
+from sweepq.execution.starter import Child, Launch, Starter, become_subreaper
 from sweepq.execution.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.outcome import decide
@@ -41,6 +42,7 @@ from sweepq.spec.sweep import Settings
 POLL_S = 0.5
 FLUSH_S = 1.0  # progress reaches the database at most once a second per cell
 GRACE_S = float(os.environ.get("SWEEPQ_GRACE_SECONDS", "60"))
+LEFTOVERS_EVENT = "leftovers_ended"  # processes an attempt left running, ended by its worker
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # not SIGHUP: a terminal going away never stops training
 
 
@@ -69,6 +71,9 @@ class Worker:
         if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         diskfull.guard_streams()  # its log is on the sweep's disk: a full one must not raise from a print
+        # Whatever an attempt forks is re-parented here when its parent exits (daemons that left their
+        # session too), so that the worker can end it with the attempt (`_end_leftovers`).
+        become_subreaper()
         self.store = Store.open(self.root)
         if self.gate is not None and not gate.opens(self.gate):  # before the settings: a first launch writes them
             self.store.close()
@@ -143,22 +148,51 @@ class Worker:
             used = sampler.stop()
             if exited is not None:
                 os.close(exited)
+        left = self._end_leftovers(claim, paths, progress)
         _sampled(progress, sampler, claim.number, None)  # the low-GPU flag, if only the whole attempt shows it
-        for msg in chan.receive(worker_end):
-            progress.take(msg)
+        for _ in range(100):  # what is still waiting, in bounded batches (the attempt and its leftovers are gone)
+            batch = chan.receive(worker_end)
+            for msg in batch:
+                progress.take(msg)
+            if not batch:
+                break
         worker_end.close()
+        rejected = progress.rejected_words()
+        if rejected is not None:
+            progress.notes.append(rejected)
         progress.flush(self.store, paths, claim.number)
         outcome = self._outcome(claim, paths, progress, intent, status, rusage, before)
         outcome.usage = used
-        flag = usage_text.low_gpu_flag(used)
-        if flag:
-            outcome.note = f"{outcome.note}; {flag}" if outcome.note else flag
-        _keep_usage(paths, claim.number, used)
+        for words in (usage_text.low_gpu_flag(used), procs.ended_words(left) if left else None):
+            if words:
+                outcome.note = f"{outcome.note}; {words}" if outcome.note else words
+        _keep_usage(paths, claim.number, used, left)
         finish_attempt(self.store, claim.cell, claim.number, outcome)
         self.child = None
         owner.release()  # only now: a reaper must never race this worker's own close
         assert self.starter is not None
         self.starter.reap()  # what the attempt's own children left, adopted by this worker
+
+    def _end_leftovers(self, claim: Claim, paths: CellPaths, progress: Progress) -> list[procs.Ended]:
+        """End every process the exited attempt left running, before its cell is closed and released.
+
+        A helper forked by the training code (multiprocessing, DataLoader workers, a daemon that
+        left its session) inherits the cell's locked descriptor: alive, it would hold the cell's
+        ownership for its own life, and no worker could resume the cell. Nothing of an attempt may
+        outlive it; the event and the attempt's note name each process ended (pid, command line).
+        """
+        assert self.child is not None
+        spare = (self.starter.template.proc.pid,) if self.starter and self.starter.template else ()
+        others, keepers = procs.log_keepers(procs.leftovers(spare, self.child.pid, paths.lock))
+        left = procs.end_processes(others)
+        left += procs.wait_then_end(keepers)  # each finishes by itself, its logs copied, once the rest is gone
+        assert self.starter is not None
+        self.starter.reap()  # the zombies of those that were this worker's (adopted) children
+        if left:
+            diskfull.say(f"sweepq: attempt {claim.number} of {claim.cell}: {procs.ended_words(left)}")
+            detail = {"attempt": claim.number, "processes": [e.to_json() for e in left]}
+            progress.events.append((LEFTOVERS_EVENT, detail))
+        return left
 
     def _write_spec(self, claim: Claim, settings: Settings, started: float) -> Path:
         assert self.store is not None
@@ -320,13 +354,15 @@ def _sampled(progress: Progress, sampler: usage.Sampler, number: int, live: dict
         progress.events.append((usage.LOW_GPU_EVENT, {"attempt": number, **flag}))
 
 
-def _keep_usage(paths: CellPaths, number: int, used: dict[str, Any]) -> None:
-    """The receipt the training process wrote before it exited gets what only its worker saw of it."""
+def _keep_usage(paths: CellPaths, number: int, used: dict[str, Any], left: list[procs.Ended]) -> None:
+    """The receipt the training process wrote before it exited gets what only its worker saw of it:
+    the usage, and the processes it left running that the worker ended."""
     path = paths.receipt(number)
     try:
         receipt = read_json(path)
         if isinstance(receipt, dict):
-            atomic_write_json(path, {**receipt, "usage": used})
+            ended = {"leftovers_ended": [e.to_json() for e in left]} if left else {}
+            atomic_write_json(path, {**receipt, "usage": used, **ended})
     except (OSError, ValueError):
         pass  # no receipt (a killed process), or a full disk: the attempt's row keeps the usage
 
