@@ -22,10 +22,9 @@ from sqlalchemy.exc import OperationalError
 from sweepq.atomic import atomic_write_json, read_json
 from sweepq.evidence import Evidence, Intent, Witness
 from sweepq.execution import channel as chan
-from sweepq.execution import diskfull, gate, usage, usage_text
+from sweepq.execution import diskfull, gate, procs, usage, usage_text
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.execution.memory import OomCounters, judge_sigkill
-from sweepq.execution import procs
 from sweepq.execution.procs import pidfd
 from sweepq.execution.progress import Progress
 from sweepq.execution.starter import Child, Launch, Starter, become_subreaper
