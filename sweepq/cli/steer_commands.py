@@ -15,7 +15,8 @@ from sweepq.cli.read_commands import is_place
 from sweepq.cli.roots import resolve_root
 from sweepq.errors import UsageError
 from sweepq.layout import CellPaths, RootPaths
-from sweepq.queue import liveness
+from sweepq.queue import liveness, lock
+from sweepq.queue.states import CellState
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import select_cells
 
@@ -85,8 +86,37 @@ def reset(store: Store, ids: list[str]) -> None:
     """Start CELLS over from scratch; their checkpoints, DONE.json and output/ move to the attic."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     _require_own(store, ids, stamp)  # before any cell moves: a link refuses the whole command
-    done = [cid for cid in ids if _reset_one(store, cid, stamp)]
-    _report_moves("reset", done, ids, store)
+    done, refused = [], []
+    for cid in ids:
+        try:
+            if _reset_one(store, cid, stamp):
+                done.append(cid)
+        except _Refused:
+            refused.append(cid)  # its own words said why
+    _report_moves("reset", done, [i for i in ids if i not in refused], store)
+    if refused and not done:
+        sys.exit(1)
+
+
+class _Refused(Exception):
+    """A cell that is not reset, its reason already said."""
+
+
+def _held_words(store: Store, cid: str) -> str:
+    """Why a cell whose lock another process holds is not reset: a running attempt, or who holds it."""
+    held = lock.holders(CellPaths(store.root, cid).lock)
+    if store.cell(cid).state == CellState.RUNNING:
+        by = f" (its lock is held by {', '.join(map(str, held))})" if held else ""
+        return f"{cid} is running{by}: cancel it first (sweepq cancel {cid})"
+    if not held:  # another user's process, or gone meanwhile
+        return f"{cid} not reset: another process holds its lock (its folder's descriptor); try again once it exits"
+    who = ", ".join(map(str, held))
+    pids = " ".join(str(h.pid) for h in held)
+    return (
+        f"{cid} not reset: its lock is held by {who}, a process that is not a running attempt of this "
+        "sweep (a daemon or helper an attempt left, holding the cell folder's descriptor). "
+        f"End it (kill {pids}), then run the reset again."
+    )
 
 
 def _require_own(store: Store, ids: list[str], stamp: str) -> None:
@@ -106,8 +136,8 @@ def _reset_one(store: Store, cid: str, stamp: str) -> bool:
     paths = CellPaths(store.root, cid)
     owner = liveness.for_root(store.root).take(cid)
     if owner is None:
-        click.echo(f"{cid} is running: cancel it first (sweepq cancel {cid})", err=True)
-        return False
+        click.echo(_held_words(store, cid), err=True)
+        raise _Refused
     try:
         attic = RootPaths(store.root).attic_entry(cid, stamp)
         _require_own(store, [cid], stamp)  # again, now that the cell is owned: nothing is linked since

@@ -34,7 +34,7 @@ from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
 from sweepq.errors import UsageError
 from sweepq.layout import CellPaths
 from sweepq.outcome import account_of
-from sweepq.queue import liveness, reconcile, root_checks
+from sweepq.queue import liveness, lock, reconcile, root_checks
 from sweepq.queue.database import Database
 from sweepq.queue.models import AttemptRow, CellRow, SweepRow
 from sweepq.queue.reaper import sync_checkpoints
@@ -132,13 +132,27 @@ def _own_every_cell(root: Path, sweep: Sweep) -> list[liveness.Ownership]:
         if got is None and (cell in in_file or owners.owner_alive(cell)):
             for o in owned:
                 o.release()
-            raise UsageError(
-                f"cell {cell} of {root} is owned by a live process: a launch or a worker is running on this "
-                "root. Stop it first (Ctrl-C in its terminal, or `sweepq stop`), then run the repair again."
-            )
+            raise UsageError(_owned_words(root, cell, owners))
         if got is not None:
             owned.append(got)
     return owned
+
+
+def _owned_words(root: Path, cell: str, owners: liveness.Liveness) -> str:
+    """Why the repair stops at a cell that a live process owns, naming the processes that hold it."""
+    held = lock.holders(CellPaths(root, cell).lock)
+    if not held:
+        return (
+            f"cell {cell} of {root} is owned by a live process: a launch or a worker is running on this "
+            "root. Stop it first (Ctrl-C in its terminal, or `sweepq stop`), then run the repair again."
+        )
+    pids = " ".join(str(h.pid) for h in held)
+    return (
+        f"cell {cell} of {root} is owned by a live process: its lock is held by {', '.join(map(str, held))}. "
+        "If that is an attempt of a launch or a worker running on this root, stop the launch first (Ctrl-C in "
+        "its terminal, or `sweepq stop`); "
+        f"if it is a process an attempt left behind, end it (kill {pids}). Then run the repair again."
+    )
 
 
 class _Rebuilding(Store):

@@ -225,6 +225,7 @@ def test_reset_and_repair_name_a_process_outside_sweepq_that_holds_a_cell(leaver
 
 
 def start_holder(folder: Path) -> Any:
+    """A process of its own holding the folder's flock (its command line short: named whole)."""
     import subprocess
     import sys
 
@@ -235,7 +236,10 @@ def start_holder(folder: Path) -> Any:
         "print('held', flush=True)\n"
         "time.sleep(3600)\n"
     )
-    p = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True)
+    write(folder.parent / "holder.py", code)
+    p = subprocess.Popen(
+        [sys.executable, "holder.py", folder.name], cwd=folder.parent, stdout=subprocess.PIPE, text=True
+    )
     assert p.stdout is not None and p.stdout.readline() == "held\n"
     return p
 
