@@ -21,6 +21,7 @@ from sweepq.cli import render
 from sweepq.cli.app import friendly, main, root_option, sqlite_reading
 from sweepq.cli.read_commands import cell_and_place, one_cell, place_argument
 from sweepq.errors import UsageError
+from sweepq.execution.logkeeper import ENV_KEEP
 from sweepq.execution.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord
@@ -111,15 +112,25 @@ class _Log:
 
     def has_new(self) -> bool:
         try:
-            return self.path.stat().st_size > self.offset
+            size = self.path.stat().st_size
         except FileNotFoundError:
             return False
+        return size != self.offset  # shorter: its keeper dropped its middle (execution/logkeeper.py)
 
     def copy_new(self, out: BinaryIO) -> bytes:
-        """Write what was added since the last call; returns its last byte (b"" when nothing)."""
+        """Write what was added since the last call; returns its last byte (b"" when nothing).
+
+        A log that got shorter was compacted by its keeper (its middle dropped to keep it bounded):
+        that is said in one line, and following goes on from its end as it is now.
+        """
         last = b""
         try:
             with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < self.offset:
+                    out.write(f"\n[sweepq logs: {self.name} dropped its middle while followed ({ENV_KEEP})]\n".encode())
+                    self.offset = size
+                    return b"\n"
                 f.seek(self.offset)
                 while chunk := f.read(_CHUNK):
                     out.write(chunk)

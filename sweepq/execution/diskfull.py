@@ -249,7 +249,7 @@ class _DropWhenFull:
         try:
             return self._stream.write(text)
         except OSError as e:
-            if disk_error(e) is None:
+            if not _droppable(e):
                 raise
             return len(text)
 
@@ -257,11 +257,16 @@ class _DropWhenFull:
         try:
             self._stream.flush()
         except OSError as e:
-            if disk_error(e) is None:
+            if not _droppable(e):
                 raise
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _droppable(e: OSError) -> bool:
+    """A full disk, or a log keeper that is gone (the pipe to it broke): what is printed is lost, not raised."""
+    return disk_error(e) is not None or e.errno == errno.EPIPE
 
 
 def guard_streams() -> None:

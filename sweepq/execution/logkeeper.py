@@ -59,6 +59,7 @@ class BoundedLog:
         self.size = os.fstat(fd).st_size  # what is there already (the attempt's first lines) is its head
         self.head_end: int | None = None  # where the head ends, once it is full
         self.head_newline = True
+        self.head = bytearray()  # the head as it fills (at most `keep` bytes), to end it at a line end
         self.tail = bytearray()  # everything after the head still in the file (without the dropped line)
         self.dropped = 0
         self.dropped_lines = 0
@@ -67,19 +68,22 @@ class BoundedLog:
     def feed(self, data: bytes) -> None:
         self.received += len(data)
         if self.head_end is None:
-            room = self.keep - self.size
-            if len(data) <= room:
-                self._write(data, self.size)
+            room = max(self.keep - self.size, 0)
+            take, data = data[:room], data[room:]
+            if take:
+                self._write(take, self.size)
+                self.head += take
+            if not data:
                 return
-            # The head is full: it ends at its last line end (if that keeps at least half of it).
-            part = data[: max(room, 0)]
-            cut = part.rfind(b"\n") + 1
-            if cut < len(part) // 2:
-                cut = len(part)
-            self._write(part[:cut], self.size)
-            self.head_end = self.size
-            self.head_newline = part[:cut].endswith(b"\n") if cut else self._ends_with_newline()
-            data = data[cut:]
+            # The head is full and more comes: it ends at its last line end (if that keeps half of it);
+            # what follows that line end is in the file already, as the tail's first bytes.
+            cut = self.head.rfind(b"\n") + 1
+            if cut < len(self.head) // 2:
+                cut = len(self.head)
+            self.tail = self.head[cut:]
+            self.head_end = self.size - len(self.tail)
+            self.head_newline = self.head[:cut].endswith(b"\n") if cut else self._ends_with_newline()
+            self.head = bytearray()
         self.tail += data
         if len(self.tail) > 2 * self.keep:
             self._compact()
@@ -128,7 +132,10 @@ class BoundedLog:
     def _ends_with_newline(self) -> bool:
         if self.size == 0:
             return True
-        return os.pread(self.fd, 1, self.size - 1) == b"\n"
+        try:
+            return os.pread(self.fd, 1, self.size - 1) == b"\n"
+        except OSError:  # opened for writing only: the line then starts on a line of its own
+            return False
 
 
 def size_text(n: int) -> str:
@@ -295,7 +302,7 @@ def capture() -> Capture | None:
     try:
         if not all(stat.S_ISREG(os.fstat(fd).st_mode) for fd in (1, 2)):
             return None
-        logs = [os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC) for fd in (1, 2)]
+        logs = [os.open(f"/proc/self/fd/{fd}", os.O_RDWR | os.O_CLOEXEC) for fd in (1, 2)]
     except OSError:
         return None
     pipes = [os.pipe() for _ in range(2)]
