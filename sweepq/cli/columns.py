@@ -31,7 +31,13 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "checkpoints": (("step", "state"), ("metrics", "epoch", "size", "path")),
     "history": (("time", "event"), ("detail",)),
-    "report": (("reason",), ("wall hours", "attempts", "steps lost", "share of wall", "steps run", "gpu hours")),
+    "report": (
+        ("reason",),
+        (
+            *("wall hours", "attempts", "steps lost", "share of wall", "steps run", "gpu hours"),
+            *("training lost h", "downtime h"),  # the split of what was lost: the sentence under the table too
+        ),
+    ),
 }
 
 

@@ -18,7 +18,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from sweepq.analysis.grid import flatten
-from sweepq.cli import params
+from sweepq.cli import params, report
 from sweepq.cli.columns import METRIC, PARAMS, SAME, kept, ranks
 from sweepq.cli.fit import Column, FittedTable, short_header
 from sweepq.execution import usage_text
@@ -373,17 +373,24 @@ def report_table(rows: Sequence[dict[str, Any]]) -> RenderableType:
         right("steps run", [f"{r['steps_run']}{u}" for r, u in zip(rows, unknown, strict=True)]),
         right("steps lost", [f"{r['steps_lost']}{u}" for r, u in zip(rows, unknown, strict=True)]),
         right("share of wall", [f"{100 * r['wall_hours'] / total_wall:.1f}%" for r in rows]),
+        # report.by_reason's split of what was lost: training done again, and downtime (not in wall hours)
+        right("training lost h", [f"{r.get('training_lost_hours', 0.0):.3f}" for r in rows]),
+        right("downtime h", [f"{r.get('downtime_hours', 0.0):.3f}" for r in rows]),
     ]
     table = FittedTable(cols, kept=kept("report"))
+    notes: list[RenderableType] = []
     unknown_total = sum(r.get("steps_unknown", 0) for r in rows)
-    if not unknown_total:
-        return table
-    note = Text(
-        f"+?: {unknown_total} attempt(s) ran a program that does not report its steps to sweepq, so what they ran "
-        "and lost is unknown (sweepq.Run.from_env() or an integration makes it known)",
-        style="dim",
-    )
-    return Group(table, note)
+    if unknown_total:
+        notes.append(
+            Text(
+                f"+?: {unknown_total} attempt(s) ran a program that does not report its steps to sweepq, so what "
+                "they ran and lost is unknown (sweepq.Run.from_env() or an integration makes it known)",
+                style="dim",
+            )
+        )
+    if (split := report.hours_words(rows)) is not None:
+        notes.append(Text(split))
+    return Group(table, *notes) if notes else table
 
 
 def best_table(rows: Sequence[dict[str, Any]], metric: Metric | None, all_params: bool = False) -> RenderableType:

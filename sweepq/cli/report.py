@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sweepq.queue.records import AttemptRecord
@@ -42,13 +43,55 @@ def steps_lost(attempts: Sequence[AttemptRecord]) -> dict[tuple[str, int], int |
     return lost
 
 
-def by_reason(attempts: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
+def training_lost(
+    attempts: Sequence[AttemptRecord], made: Mapping[tuple[str, int, int], datetime]
+) -> dict[tuple[str, int], float]:
+    """(cell, attempt number) -> seconds of its training that the next attempt had to do again.
+
+    The training lost runs from when the checkpoint the next attempt resumed from was made (`made`:
+    (cell, attempt, step) -> its time) to the attempt's end, its last sign of life when it was found
+    dead: all of its time, from its start, when the next attempt resumed from a checkpoint it did not
+    make (an earlier attempt's, or none). Like `steps_lost`, only an attempt followed by another.
+    """
+    by_cell: dict[str, list[AttemptRecord]] = defaultdict(list)
+    for a in attempts:
+        by_cell[a.cell].append(a)
+    lost: dict[tuple[str, int], float] = {}
+    for cell, items in by_cell.items():
+        items.sort(key=lambda a: a.number)
+        for prev, nxt in itertools.pairwise(items):
+            if prev.ended_at is None:
+                continue
+            since = made.get((cell, prev.number, nxt.start_step or 0))
+            if since is None or since < prev.started_at:
+                since = prev.started_at
+            lost[(cell, prev.number)] = max(0.0, (prev.ended_at - since).total_seconds())
+    return lost
+
+
+def downtime(a: AttemptRecord) -> float:
+    """Seconds from an attempt's last sign of life until a later process found it dead and closed it (the
+    reap, just before its cell could start again): nobody trained the cell, and nobody knew. 0 for an
+    attempt its closer saw end, and for those of older roots (no `closed_at`)."""
+    if a.ended_at is None or a.closed_at is None:
+        return 0.0
+    return max(0.0, (a.closed_at - a.ended_at).total_seconds())
+
+
+def by_reason(
+    attempts: Sequence[AttemptRecord], made: Mapping[tuple[str, int, int], datetime] | None = None
+) -> list[dict[str, Any]]:
     """One row per termination reason (running attempts under "running").
 
     `steps_run` and `steps_lost` add up what is known; `steps_unknown` counts the
     attempts of programs that do not report their steps (their share is unknown).
+    `wall_hours` is each attempt's life, from its start to its end (a reaped one's last sign of life);
+    `training_lost_hours` the part of it the next attempt did again (`training_lost`, with `made`: each
+    checkpoint's time); `downtime_hours`, apart from the wall hours, the time from a reaped attempt's
+    last sign of life to its reap (`downtime`).
     """
     lost = steps_lost(attempts)
+    lost_time = training_lost(attempts, made or {})
     rows: dict[str, dict[str, Any]] = {}
     for a in attempts:
         key = a.reason or "running"
@@ -61,13 +104,37 @@ def by_reason(attempts: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
         elif unknown_steps(a):
             r["steps_unknown"] += 1
         r["steps_lost"] += lost.get((a.cell, a.number)) or 0
+        r["training_lost_hours"] += lost_time.get((a.cell, a.number), 0.0) / 3600
+        r["downtime_hours"] += downtime(a) / 3600
     order = [r.value for r in Reason] + ["running"]
     return sorted(rows.values(), key=lambda r: order.index(r["reason"]) if r["reason"] in order else len(order))
 
 
 def _row(reason: str) -> dict[str, Any]:
     counts = ("attempts", "steps_run", "steps_lost", "steps_unknown")
-    return {"reason": reason, "wall_hours": 0.0, "gpu_hours": 0.0} | dict.fromkeys(counts, 0)
+    hours = dict.fromkeys(("wall_hours", "gpu_hours", "training_lost_hours", "downtime_hours"), 0.0)
+    return {"reason": reason} | hours | dict.fromkeys(counts, 0)
+
+
+def hours_words(rows: Sequence[dict[str, Any]]) -> str | None:
+    """The sentence under the hours table (and on the HTML page) that splits what was lost: training done
+    again, and downtime; None when neither was any."""
+    lost = sum(r.get("training_lost_hours", 0.0) for r in rows)
+    down = sum(r.get("downtime_hours", 0.0) for r in rows)
+    if not lost and not down:
+        return None
+    return (
+        f"training lost: {lost:.3f} h ({_clock(lost)}), from the checkpoint each next attempt resumed from to "
+        f"the last sign of life of the attempt before it; downtime: {down:.3f} h ({_clock(down)}), from an "
+        "attempt's last sign of life until a later launch found it dead, not counted in wall hours"
+    )
+
+
+def _clock(hours: float) -> str:
+    """Hours as 1h02m03s, 1m53s or 17s (whole seconds, rounded)."""
+    s = round(hours * 3600)
+    h, m, sec = s // 3600, s % 3600 // 60, s % 60
+    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s" if m else f"{sec}s"
 
 
 def best_per_cell(store: CellReads, metric: Metric | None, top: int) -> list[dict[str, Any]]:

@@ -46,7 +46,7 @@ def report(
         _html(spec, root, html_file, as_json)
         return
     with sqlite_reading(spec, root) as store:
-        rows = by_reason(store.attempts())
+        rows = by_reason(store.attempts(), store.checkpoint_times())
         if as_json and not grid_only:  # the hours per reason alone: what --json has always printed
             print_json(rows)
             return

@@ -68,7 +68,7 @@ def gather(store: Store, many: int = MANY, now: datetime | None = None) -> Repor
         written=now or datetime.now(UTC),
         cells=cells,
         attempts=attempts,
-        reasons=by_reason(attempts),
+        reasons=by_reason(attempts, store.checkpoint_times()),
         charts=charts,
         damaged=damaged,
         out_of_range=out_of_range,

@@ -15,6 +15,7 @@ from typing import Any
 
 from sweepq.cli import failures, params
 from sweepq.cli.render import fmt_num, fmt_step, metric_of, shown_path
+from sweepq.cli.report import hours_words
 from sweepq.html.charts import MANY, Chart
 from sweepq.html.gather import Report
 from sweepq.html.svg import chart_svg, colour_class
@@ -174,12 +175,14 @@ def hours(r: Report) -> str:
     total = sum(row["wall_hours"] for row in r.reasons) or 1.0
     unknown = sum(row.get("steps_unknown", 0) for row in r.reasons)
     heads = ["reason", "attempts", "wall hours", "gpu hours", "steps run", "steps lost", "share of wall"]
+    heads += ["training lost h", "downtime h"]  # report.by_reason's split, as `sweepq report` shows it
     rows = []
     for row in r.reasons:
         u = "+?" if row.get("steps_unknown") else ""
         rows.append(
             f"<tr><td>{e(row['reason'])}<td>{row['attempts']}<td>{row['wall_hours']:.3f}<td>{row['gpu_hours']:.3f}"
-            f"<td>{row['steps_run']}{u}<td>{row['steps_lost']}{u}<td>{100 * row['wall_hours'] / total:.1f}%\n"
+            f"<td>{row['steps_run']}{u}<td>{row['steps_lost']}{u}<td>{100 * row['wall_hours'] / total:.1f}%"
+            f"<td>{row['training_lost_hours']:.3f}<td>{row['downtime_hours']:.3f}\n"
         )
     note = ""
     if unknown:
@@ -187,7 +190,9 @@ def hours(r: Report) -> str:
             f"<p>+?: {unknown} attempt(s) ran a program that does not report its steps to sweepq, so what they ran "
             "and lost is unknown.</p>"
         )
-    body = "".join(rows) or '<tr><td colspan="7">no attempt yet\n'
+    if (split := hours_words(r.reasons)) is not None:
+        note += f"<p>{e(split)}</p>"
+    body = "".join(rows) or f'<tr><td colspan="{len(heads)}">no attempt yet\n'
     return (
         '<section id="hours"><h2>Hours by termination reason</h2>'
         f'<table class="sortable"><thead><tr>{"".join(_th(h, h != "reason") for h in heads)}</tr></thead>'

@@ -7,6 +7,8 @@ read commands on a bare `sqlite3` connection (`Reader`): one implementation for 
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sweepq.errors import UsageError
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.queue.rows import (
@@ -18,7 +20,9 @@ from sweepq.queue.rows import (
     cell_records,
     checkpoint_records,
     event_records,
+    utc,
 )
+from sweepq.queue.states import CheckpointState
 from sweepq.queue.status_reads import StatusReads, quoted
 
 _CELL = f"SELECT {quoted(CELL_NAMES)} FROM cells WHERE id = ?"
@@ -27,6 +31,10 @@ _ONE_ATTEMPT = f"{_ATTEMPTS} WHERE cell_id = ? AND number = ?"
 _CHECKPOINTS = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE cell_id = ? ORDER BY step"
 _IN_STATE = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE state = ? ORDER BY cell_id, step, id"
 _EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events"
+_MADE = (
+    "SELECT cell_id, attempt, step, min(created_at) FROM checkpoints "
+    f"WHERE state != '{CheckpointState.CORRUPT}' GROUP BY cell_id, attempt, step"
+)
 
 
 class CellReads(StatusReads):
@@ -67,6 +75,13 @@ class CellReads(StatusReads):
             for k in checkpoint_records(c.execute(_IN_STATE, (state,))):
                 out.setdefault(k.cell, []).append(k)
         return out
+
+    def checkpoint_times(self) -> dict[tuple[str, int, int], datetime]:
+        """(cell, attempt, step) -> when the queue first knew that checkpoint (its row's time), for every
+        checkpoint not corrupt: when the training a later attempt resumed from was made (report's training
+        lost)."""
+        with self._raw() as c:
+            return {(cell, a, step): utc(t) for cell, a, step, t in c.execute(_MADE) if a is not None}
 
     def events(self, cell: str | None = None) -> list[EventRecord]:
         """The history (of `cell`), oldest first."""

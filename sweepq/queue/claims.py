@@ -70,6 +70,17 @@ class StoreClaims(StoreClaiming):
             row = s.execute(select(CellRow.state, CellRow.attempts).where(CellRow.id == cell)).first()
         return row is not None and row.attempts == number and row.state == CellState.RUNNING
 
+    def seen(self, cell: str, number: int) -> None:
+        """The attempt's last sign of life, now: its worker's flush says so once a second while it watches it.
+        A reaper that finds it dead later ends it here (or at a newer sign its files show), not at the reap."""
+        now = self.clock()
+        with self._write() as s:  # an attempt already closed keeps the end it was given
+            s.execute(
+                update(AttemptRow)
+                .where(AttemptRow.cell_id == cell, AttemptRow.number == number, AttemptRow.reason.is_(None))
+                .values(seen_at=now)
+            )
+
     def progress(self, cell: str, number: int, **fields: Any) -> None:
         """The training stream, at most about once a second per running cell."""
         now = self.clock()
@@ -144,11 +155,17 @@ class StoreClaims(StoreClaiming):
                 .values(**values)
             )
 
-    def finish(self, cell: str, number: int, outcome: Outcome) -> CellState | None:
+    def finish(
+        self, cell: str, number: int, outcome: Outcome, found_dead: bool = False, last_seen: datetime | None = None
+    ) -> CellState | None:
         """Close an attempt and move its cell by the retry policy; None if already closed.
 
         One transaction: the attempt's guarded update (reason IS NULL) decides who
         closes it when a worker, an orphaned training process and a reaper race.
+        `found_dead`: the attempt's processes died unseen and a later process closes it (the reaper): it
+        ends at its last sign of life, the newest of its worker's last flush (`seen_at`) and `last_seen`
+        (what its files showed), never before its start nor after now; the time from there to now is
+        downtime (`closed_at` keeps now). Otherwise it ends now: its closer saw it end.
         """
         now = self.clock()
         reason = Reason(outcome.reason)
@@ -157,7 +174,7 @@ class StoreClaims(StoreClaiming):
             att = self._attempt_row(s, cell, number)
             if att is None or att.reason is not None:
                 return None
-            self._fill_attempt(att, outcome, now)
+            self._fill_attempt(att, outcome, now, found_dead, last_seen)
             self._keep_span(s, cell)
             row = s.get(CellRow, cell)
             assert row is not None
@@ -275,9 +292,15 @@ class StoreClaims(StoreClaiming):
             s.execute(text(sql), {"cell": cell})
 
     @staticmethod
-    def _fill_attempt(att: AttemptRow, o: Outcome, now: datetime) -> None:
+    def _fill_attempt(
+        att: AttemptRow, o: Outcome, now: datetime, found_dead: bool = False, last_seen: datetime | None = None
+    ) -> None:
         att.reason = str(Reason(o.reason))
+        att.closed_at = now
         att.ended_at = now
+        if found_dead:
+            att.ended_at = last_sign_of_life(att.started_at, att.seen_at, last_seen, now)
+        att.seen_at = att.ended_at
         for name in (
             "end_step",
             "exit_code",
@@ -298,8 +321,8 @@ class StoreClaims(StoreClaiming):
             if v is not None:
                 setattr(att, name, v)
         wall = o.wall_seconds
-        if wall is None:
-            wall = (now - att.started_at).total_seconds()
+        if wall is None:  # its life, to its end: a reaped attempt's downtime is not its wall time
+            wall = (att.ended_at - att.started_at).total_seconds()
         if isinstance(o.usage, dict):  # a receipt from another version or hand may hold anything
             att.usage = json_safe(o.usage)
         att.wall_seconds = wall
@@ -312,3 +335,13 @@ class StoreClaims(StoreClaiming):
         res = s.execute(update(CellRow).where(CellRow.id == cell, CellRow.state == source).values(**values))
         if rowcount(res) != 1:
             raise IllegalTransition(f"cell {cell} was not {source} when it should become {target}")
+
+
+def last_sign_of_life(
+    started_at: datetime, seen_at: datetime | None, found: datetime | None, now: datetime
+) -> datetime:
+    """When an attempt found dead ended: the newest of its worker's last flush (`seen_at`) and what its
+    files showed (`found`), never before it started (a clock that went back) nor after `now` (the reap);
+    with neither, it ended as it started (nothing it did was ever seen)."""
+    signs = [t for t in (seen_at, found) if t is not None]
+    return min(max([started_at, *signs]), now)

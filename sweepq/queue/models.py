@@ -146,6 +146,10 @@ class AttemptRow(Base):
     span_steps: Mapped[int | None]
     span_micros: Mapped[int | None]
     span_startup: Mapped[float | None]
+    # Its last sign of life (the worker's flush, once a second; the reaper's look at its files) and when
+    # the queue closed it (migration 0007e): a reaped attempt ends at the former, the gap is downtime.
+    seen_at: Mapped[datetime | None]
+    closed_at: Mapped[datetime | None]
 
 
 class CheckpointRow(Base):

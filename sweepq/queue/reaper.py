@@ -11,6 +11,7 @@ with a dead process cost nothing.
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sweepq.atomic import read_json
@@ -50,8 +51,11 @@ def sync_checkpoints(store: Store, cell: str, owner: bool = True) -> None:
         if row is not None and row.state == CheckpointState.COMMITTED and row.manifest_sha256:
             continue
         store.record_checkpoint(
+            # A row made here is dated when the manifest was written, not now: a checkpoint committed by a
+            # process that died before its worker heard of it was made then (report's training lost).
             cell,
             step,
+            created_at=_written(paths.manifest(step)),
             path=paths.checkpoint(step).relative_to(store.root).as_posix(),
             epoch=m.get("epoch"),
             metrics=m.get("metrics") or {},
@@ -61,6 +65,13 @@ def sync_checkpoints(store: Store, cell: str, owner: bool = True) -> None:
         )
     gone = [s for s, c in known.items() if c.state == CheckpointState.COMMITTED and s not in present]
     store.set_checkpoint_state(cell, gone, CheckpointState.SUPERSEDED, note="no longer on disk")
+
+
+def _written(path: Path) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(os.lstat(path).st_mtime, UTC)
+    except OSError:
+        return None
 
 
 def _quarantine(store: Store, paths: CellPaths, checkpoints: storage.CheckpointStorage, step: int, why: str) -> None:
@@ -73,10 +84,42 @@ def _quarantine(store: Store, paths: CellPaths, checkpoints: storage.CheckpointS
     store.add_event(paths.cell_id, "checkpoint_corrupt", {"step": step, "why": why})
 
 
-def finish_attempt(store: Store, cell: str, number: int, outcome: Outcome) -> CellState | None:
+def finish_attempt(
+    store: Store, cell: str, number: int, outcome: Outcome, found_dead: bool = False, last_seen: datetime | None = None
+) -> CellState | None:
     # Fenced: an attempt the queue already moved past touches none of the cell's checkpoints.
     sync_checkpoints(store, cell, owner=store.is_current(cell, number))
-    return store.finish(cell, number, outcome)
+    return store.finish(cell, number, outcome, found_dead=found_dead, last_seen=last_seen)
+
+
+def last_written(paths: CellPaths, number: int) -> datetime | None:
+    """The newest sign of life attempt `number` left in its files, as the file system recorded it: the last
+    write of each file in its folder (its stdout and stderr logs, metric history, receipt, a program's
+    outcome) and of the manifest of each checkpoint it committed. None: it left none.
+
+    The reaper ends a dead attempt at this or at its worker's last flush (`attempts.seen_at`, once a
+    second while the worker watched it), whichever is newer (Store.finish): a process can outlive its
+    worker by a little (its last log lines, a checkpoint the worker never heard of). Links are not
+    followed (a link's own time is the link's); a copy of the root that did not keep mtimes (cp without
+    -a) makes them the copy's time, which the reap time still bounds."""
+    times: list[float] = []
+    try:
+        with os.scandir(paths.attempt_dir(number)) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        times.append(entry.stat(follow_symlinks=False).st_mtime)
+                except OSError:
+                    continue  # gone meanwhile, or unreadable: no sign
+    except OSError:
+        pass  # no folder: it died before its worker made one
+    for step, m in storage.committed_manifests(storage.for_cell(paths)).items():
+        if m.get("attempt") == number:
+            try:
+                times.append(os.lstat(paths.manifest(step)).st_mtime)
+            except OSError:
+                continue
+    return datetime.fromtimestamp(max(times), UTC) if times else None
 
 
 def outcome_from_files(store: Store, cell: str, number: int, last_step: int | None) -> Outcome:
@@ -122,7 +165,8 @@ def reap(
             outcome = outcome_from_files(store, cell, number, rec.step)
             if override is not None and outcome.reason == Reason.LOST:
                 outcome = Outcome(override.reason, end_step=rec.step, note=override.note)
-            if finish_attempt(store, cell, number, outcome) is not None:
+            seen = last_written(CellPaths(store.root, cell), number)  # its worker's last flush: Store.finish's
+            if finish_attempt(store, cell, number, outcome, found_dead=True, last_seen=seen) is not None:
                 reaped.append((cell, str(outcome.reason)))
         finally:
             owner.release()  # held until the attempt is closed: no worker claims it meanwhile

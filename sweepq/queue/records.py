@@ -113,11 +113,15 @@ class AttemptRecord:
     data_fingerprint: dict[str, Any]
     note: str | None
     usage: dict[str, Any] = field(default_factory=dict)  # execution/usage.py's summary; {}: nothing sampled
+    # Its last sign of life, and when the queue closed it: `ended_at` is the former for an attempt found
+    # dead by a later process (closed_at - ended_at is downtime); None on attempts of older roots.
+    seen_at: datetime | None = None
+    closed_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["started_at"] = iso(self.started_at)
-        d["ended_at"] = iso(self.ended_at)
+        for name in ("started_at", "ended_at", "seen_at", "closed_at"):
+            d[name] = iso(getattr(self, name))
         return d
 
 

@@ -13,10 +13,10 @@ from sweepq.layout import CELLS_DIR, RootPaths
 from sweepq.queue.sqlite_file import DatabaseDamaged
 
 #: The newest revision in migrations/versions (tests/unit/test_store.py holds it to alembic's head).
-SCHEMA_HEAD = "0006"
+SCHEMA_HEAD = "0007e"
 #: Every revision in migrations/versions, oldest first (tests/process/test_newer_database.py holds it to
 #: alembic's scripts): any other revision in a database was written by a newer sweepq.
-KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006")
+KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007e")
 
 
 def database_file(root: Path) -> Path:

@@ -331,12 +331,16 @@ def test_steps_lost_counts_what_the_next_attempt_trained_again() -> None:
 
 
 REPORT_GOLDEN = """\
-reason     attempts  wall hours  gpu hours  steps run  steps lost  share of wall
-completed         2       1.667      1.667       1000           0          44.3%
-preempted         1       0.700      1.400        420          20          18.6%
-lost              1       1.389      1.389        830          30          36.9%
-oom               1       0.010      0.010          5           0           0.3%
-running           1       0.000      0.000          0           0           0.0%
+reason     attempts  wall hours  gpu hours  steps run  steps lost  share of wall  training lost h
+completed         2       1.667      1.667       1000           0          44.3%            0.000
+preempted         1       0.700      1.400        420          20          18.6%            0.700
+lost              1       1.389      1.389        830          30          36.9%            1.389
+oom               1       0.010      0.010          5           0           0.3%            0.000
+running           1       0.000      0.000          0           0           0.0%            0.000
+hidden: downtime h (a wider terminal or --json shows them)
+training lost: 2.089 h (2h05m20s), from the checkpoint each next attempt resumed from to the last
+sign of life of the attempt before it; downtime: 0.000 h (0s), from an attempt's last sign of life
+until a later launch found it dead, not counted in wall hours
 """
 
 
