@@ -314,14 +314,22 @@ def capture() -> Capture | None:
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     reads = [r for r, _ in pipes]
     args = [*map(str, reads), *map(str, logs), str(theirs.fileno()), str(os.getpid()), str(limits.keep)]
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", os.path.abspath(__file__), *args, str(limits.flood)],
-        pass_fds=(*reads, *logs, theirs.fileno()),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=2,  # its own trouble, if any: straight into stderr.log
-        start_new_session=True,  # a terminal's Ctrl-C never reaches it: its attempt tells it to finish
-    )
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", os.path.abspath(__file__), *args, str(limits.flood)],
+            pass_fds=(*reads, *logs, theirs.fileno()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=2,  # its own trouble, if any: straight into stderr.log
+            start_new_session=True,  # a terminal's Ctrl-C never reaches it: its attempt tells it to finish
+        )
+    except OSError as e:  # no process to be had (a limit on processes, no memory): the logs go unbounded
+        for fd in (*reads, *logs, *(w for _, w in pipes)):
+            os.close(fd)
+        mine.close()
+        theirs.close()
+        print(f"sweepq: this attempt's logs are not bounded: no log keeper could start: {e}", file=sys.stderr)
+        return None
     theirs.close()
     for fd in (*reads, *logs):
         os.close(fd)
