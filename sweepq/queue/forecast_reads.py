@@ -140,8 +140,10 @@ def _attempt(a: Any, mark: Any, progress: Point | None) -> AttemptSeen:
 
 
 def _end(a: Any) -> Point | None:
-    """Where an attempt ended, as its receipt measured it: a lost one's end is when it was reaped, maybe
-    long after it died (the next launch), so it tells nothing of its speed."""
+    """Where an attempt ended, as its receipt measured it. A lost one's end (`ended_at`) is its last sign of
+    life (Store.finish: the reaper never ends it at the reap), which the sweep's elapsed time uses, but not
+    its speed: its end step is the cell's last progress, which a run that died before its first flush never
+    reported (it may be the attempt before's), so its newest checkpoint measures it instead."""
     if a.reason is None or a.reason == _LOST or a.end_step is None or a.wall_seconds is None:
         return None
     return Point(a.started_at + timedelta(microseconds=_micros(a.wall_seconds)), a.end_step)
