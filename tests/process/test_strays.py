@@ -149,6 +149,8 @@ def test_helpers_of_a_killed_training_process_are_ended_and_the_cell_resumes(lea
     trainer, helper, daemon = (_pid(leaver_dir, n) for n in ("trainer", "helper", "daemon"))
     commands = {helper: _command(helper), daemon: _command(daemon)}
     os.kill(trainer, signal.SIGKILL)
+    # Before: they held the cell's lock for their life, and the launch never ended.
+    wait_for(lambda: not _alive(helper) and not _alive(daemon), what="the helpers ended by the worker")
     out, _ = launch.communicate(timeout=300)
     assert launch.returncode == 0, out
 

@@ -134,5 +134,26 @@ def test_the_worker_reads_every_kind() -> None:
     assert [c.step for c in p.checkpoints] == [20] and p.newest_checkpoint == 20
     assert p.superseded[0].steps == [5, 10] and p.corrupt[0].why == "sha256 mismatch"
     assert "code changed" in p.notes and p.end == {"reason": "completed", "end_step": 40}
-    p.take(channel.Rejected("message 'log': unknown stepp"))
-    assert p.events[-1] == ("message_rejected", {"why": "message 'log': unknown stepp"})
+    p.take(channel.Rejected("message 'log': unknown stepp", '{"t": "log", "stepp": 3}', 23))
+    why = "message 'log': unknown stepp"
+    assert p.events[-1] == ("message_rejected", {"why": why, "excerpt": '{"t": "log", "stepp": 3}', "bytes": 23})
+    assert p.rejected_words() == f"1 message on the channel was rejected: {why}"
+
+
+def test_untrusted_bytes_are_rejected_by_name_without_recursion() -> None:
+    """What a child writes to its channel is measured before any parser sees it (100,000 `[` made
+    json's parser raise RecursionError in the worker); brackets inside strings do not count."""
+    from sweepq.execution.messages import MAX_DEPTH, BadMessage, decode, nesting
+
+    assert nesting(b"[" * 100_000) == MAX_DEPTH + 1
+    assert nesting(b'{"a": "[[[[\\"[[[", "b": [[1]]}') == 3
+    assert nesting(b'{"a": "\\\\", "b": [[[1]]]}') == 4  # an escaped backslash ends no string early
+    for data, why in [
+        (b"[" * 100_000, f"not a message: JSON nested deeper than {MAX_DEPTH} levels"),
+        (b"\xff\xfe", "not JSON: "),
+        (b'{"t": "' + b"x" * 100_000 + b'"}', "unknown message kind 'xxx"),
+        (b'{"t": "total", "steps": ' + str(1 << 70).encode() + b', "epochs": null}', "message 'total': steps="),
+    ]:
+        with pytest.raises(BadMessage) as e:
+            decode(data)
+        assert str(e.value).startswith(why) and len(str(e.value)) < 300
