@@ -121,7 +121,6 @@ class Progress:
             if not store.is_current(paths.cell_id, number):
                 self._refuse(store, paths.cell_id, number)
                 return
-            store.seen(paths.cell_id, number)  # a sign of life each flush: a reaped attempt ends at its last
             self.flush_started(store, paths.cell_id, number)
             self._flush_checkpoints(store, paths)
             for kind, detail in self.events:
@@ -134,6 +133,9 @@ class Progress:
             if self.dirty:
                 store.progress(paths.cell_id, number, **self.fields)
                 self.dirty = False
+            # A sign of life each flush, timed after every row it wrote (a checkpoint's, the progress): a
+            # reaped attempt ends at its last, never before what it was last heard to do.
+            store.seen(paths.cell_id, number)
 
     def _refuse(self, store: Store, cell: str, number: int) -> None:
         """The attempt lost its cell: what it reported is dropped, and that is recorded once."""

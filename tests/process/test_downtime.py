@@ -28,8 +28,8 @@ SPEC = """
 name: down
 train: trainers:train
 root: runs/down
-params: {steps: 300, delay: 0.02}
-checkpoint: {every_steps: 10, keep_last: 50}
+params: {steps: 400, delay: 0.02}
+checkpoint: {every_steps: 100, keep_last: 10}  # 2 s apart: progress flushed after the last one is lost
 groups:
   - name: a
     grid: {seed: [1, 2]}
@@ -110,6 +110,7 @@ def test_a_sweep_killed_whole_ends_its_attempts_at_their_last_sign_of_life(sweep
         assert started < ended <= killed_at < relaunched_at <= closed <= at(second["started_at"])
         assert first["wall_seconds"] == pytest.approx((ended - started).total_seconds(), abs=1e-6)
         resumed = made[(cell, 1, second["start_step"])]  # the next attempt resumed from a checkpoint it made
+        assert started < resumed <= ended  # made before its last sign of life
         lost_s += (ended - resumed).total_seconds()
         down_s += (closed - ended).total_seconds()
     assert down_s >= 2 * WAIT_S
