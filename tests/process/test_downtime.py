@@ -28,7 +28,7 @@ SPEC = """
 name: down
 train: trainers:train
 root: runs/down
-params: {steps: 400, delay: 0.02}
+params: {steps: 500, delay: 0.02}  # 10 s a cell: killed at its second checkpoint, far from its end
 checkpoint: {every_steps: 100, keep_last: 10}  # 2 s apart: progress flushed after the last one is lost
 groups:
   - name: a
