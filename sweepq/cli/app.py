@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from sweepq.cli.lazy import LazyGroup
+from sweepq.cli.visible import visible
 from sweepq.errors import SweepqError
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def friendly(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except SweepqError as e:
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {visible(str(e))}", err=True)  # a cell's words may hold escapes
             sys.exit(e.exit_code)
         except Exception as e:
             words = _disk_words(e, kwargs.get("spec"), kwargs.get("root"))
@@ -72,11 +73,11 @@ def _disk_words(e: BaseException, spec: Any, root: Any) -> str | None:
 
 def out() -> Console:
     """Wide when piped (tables keep every column in files and CI logs), unless COLUMNS says how wide."""
-    from rich.console import Console  # here: `sweepq --help` never loads rich
+    from sweepq.cli.plain import SafeConsole  # here: `sweepq --help` never loads rich
 
-    console = Console(highlight=False, soft_wrap=False)
+    console = SafeConsole(soft_wrap=False)  # no markup, control characters shown (cli/plain.py)
     if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
-        console = Console(highlight=False, soft_wrap=False, width=1000)
+        console = SafeConsole(soft_wrap=False, width=1000)
     return console
 
 

@@ -132,8 +132,8 @@ def _write_all(folder: Path, files: dict[str, tuple[list[str], Iterable[list[str
             tmp = written[final] = tmp_name(final)
             with open(tmp, "w", newline="", encoding="utf-8") as f:
                 writer = csv.writer(f, lineterminator="\n")
-                writer.writerow(header)
-                writer.writerows(rows)
+                writer.writerow(tables.csv_row(header))  # spreadsheet-safe fields (history/tables.py)
+                writer.writerows(tables.csv_row(row) for row in rows)
                 f.flush()
                 os.fsync(f.fileno())
     except BaseException:

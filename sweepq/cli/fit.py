@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -31,6 +31,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from sweepq.cli.visible import visible
+
 LINES_FROM = 1  # rows from which a table is written line by line (see above); tests set it either way
 SHARE_FROM = 500  # rows from which a column keeps one string per distinct value
 GAP = 2  # between two columns (box=None, padding (0, 1), no padding at the edges)
@@ -38,6 +40,7 @@ HEADER_MIN = 12  # a short header is cut to this, or to its values' width when w
 WRAP_MIN = 20  # the narrowest a wrapping column gets before it is dropped (never under its longest word)
 Justify = Literal["left", "right"]
 Cell = str | Text
+C = TypeVar("C", str, Text)
 # Free text: "wrap" wraps at spaces into the room left; "below" is a column only when it fits unwrapped,
 # else each row's text goes under the table on a line of its own (a note is read as a sentence).
 Prose = Literal["", "wrap", "below"]
@@ -58,6 +61,14 @@ class Column:
     called: str = ""  # what the footnote calls it, when not its full header (a cfg key's unambiguous tail)
 
     def __post_init__(self) -> None:
+        # A user's text with a control character is measured as shown (cli/visible.py), so columns keep aligned.
+        object.__setattr__(self, "name", _shown(self.name))
+        if self.short_name is not None:
+            object.__setattr__(self, "short_name", _shown(self.short_name))
+        for field in ("values", "short_values"):
+            values = getattr(self, field)
+            if values is not None and not all(_plain(v).isprintable() for v in values):
+                object.__setattr__(self, field, [_shown(v) for v in values])
         if len(self.values) >= SHARE_FROM:  # most values of a long column repeat: one string each is kept
             seen: dict[str, str] = {}
             object.__setattr__(self, "values", _shared(self.values, seen))
@@ -235,6 +246,13 @@ def _shared(values: Sequence[Cell], seen: dict[str, str]) -> list[Cell]:
     """`values` with each string the first of those equal to it (status --all of 100,000 cells: 118 MB of
     columns, most of it copies of a few values, to about 20 MB)."""
     return [seen.setdefault(v, v) if type(v) is str else v for v in values]
+
+
+def _shown(v: C) -> C:
+    """`v` with its control characters in their visible form (most values have none: returned as they are)."""
+    if isinstance(v, Text):
+        return v if v.plain.isprintable() else Text(visible(v.plain), style=v.style, justify=v.justify)  # type: ignore[return-value]
+    return v if v.isprintable() else visible(v)  # type: ignore[return-value]
 
 
 def _plain(v: Cell) -> str:

@@ -18,18 +18,16 @@ from sweepq.spec.sweep import Sweep
 def describe_start(store: Store, sweep: Sweep, root: Path, plan: reconcile.ReconcilePlan, console: Console) -> None:
     """Say what this launch will do, in the user's words: counts, and the first cells of each kind by id."""
     for w in sweep.text_warnings:  # not `warnings`: the same file again is not expanded, its repeats not told again
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(Text.assemble(("warning:", "yellow"), f" {w}"))  # no markup: `w` may quote a value
     census = store.census(LISTED)  # counted in the database: a root of 100,000 cells is not loaded
-    console.print(f"sweep [bold]{sweep.settings.name}[/] at {render.shown_path(root)}: {census.total} cells")
+    name = sweep.settings.name  # the user's words: a `[/x]` in it is text (the console reads no markup)
+    console.print(Text.assemble("sweep ", (name, "bold"), f" at {render.shown_path(root)}: {cells(census.total)}"))
     if plan.new and len(plan.new) != census.total:
         console.print(f"  new cells: {listed([c.id for c in plan.new[:LISTED]], len(plan.new))}")
     if plan.removed:
-        console.print(f"  [yellow]no longer in the file (kept, not run):[/] {listed(plan.removed)}")
+        console.print(Text.assemble("  ", ("no longer in the file (kept, not run):", "yellow"), f" {listed(plan.removed)}"))
     if plan.kept_done and not plan.rerun:
-        console.print(
-            f"  [yellow]{KEPT_DONE}:[/] {listed(plan.kept_done)}",
-            highlight=False,
-        )
+        console.print(Text.assemble("  ", (f"{KEPT_DONE}:", "yellow"), f" {listed(plan.kept_done)}"))
     if plan.requeued:
         console.print(f"  {REQUEUED}: {listed(plan.requeued)}", highlight=False)
     done, resume, queued = (census.counts.get(state, 0) for state in _TOLD)
@@ -54,10 +52,15 @@ REQUEUED = "queued again under their new cfg (old results in their history)"
 def ending(census: Census) -> Text:
     """The launch's last line: how many cells are in each state (render.summary's words, from counts)."""
     parts = [f"{census.counts[s]} {s}" for s in CellState if census.counts.get(s)]
-    line = Text(f"{census.total} cells: " + ", ".join(parts))
+    line = Text(f"{cells(census.total)}: " + ", ".join(parts))
     if census.removed:
         line.append(f" ({census.removed} no longer in the sweep file)", style="dim")
     return line
+
+
+def cells(n: int) -> str:
+    """`1 cell`, `9 cells`."""
+    return f"{n} cell" if n == 1 else f"{n} cells"
 
 
 LISTED = 20  # cell ids named in one line of the launch's summary; a 100,000-cell sweep gets a count

@@ -13,13 +13,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 import click
 
 from sweepq.cli import render
 from sweepq.cli.app import friendly, main, root_option, sqlite_reading
 from sweepq.cli.read_commands import cell_and_place, one_cell, place_argument
+from sweepq.cli.visible import VisibleWriter, visible
 from sweepq.errors import UsageError
 from sweepq.execution.logkeeper import ENV_KEEP
 from sweepq.execution.tails import tail_file
@@ -67,7 +68,7 @@ def logs(
         paths = CellPaths(store.root, rec.id)
         names = [only] if only else ["stdout", "stderr"]
         files = [_Log(name, paths.attempt_dir(attempt.number) / f"{name}.log") for name in names]
-        out = sys.stdout.buffer
+        out = cast(BinaryIO, VisibleWriter(sys.stdout.buffer))  # a log's escapes shown, never run
         try:
             if follow:
                 _follow(store, attempt, files, out, headers=only is None)
@@ -189,7 +190,7 @@ def _follow(store: CellReads, attempt: AttemptRecord, logs: list[_Log], out: Bin
             out.flush()
             if ended is not None:
                 if ended:
-                    click.echo(ended, err=True)
+                    click.echo(visible(ended), err=True)
                 return
             time.sleep(POLL_SECONDS)
     except KeyboardInterrupt:

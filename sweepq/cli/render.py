@@ -20,6 +20,7 @@ from rich.text import Text
 from sweepq.analysis.grid import flatten
 from sweepq.cli import params, report
 from sweepq.cli.columns import METRIC, PARAMS, SAME, kept, ranks
+from sweepq.cli.plain import SafeConsole
 from sweepq.cli.fit import Column, FittedTable, short_header
 from sweepq.execution import usage_text
 from sweepq.execution.usage_text import low_gpu_flag
@@ -39,7 +40,7 @@ STATE_STYLE = {
 
 def to_text(renderable: RenderableType, width: int = 120) -> str:
     """Plain text of a renderable (for golden tests and non-terminals)."""
-    console = Console(width=width, color_system=None, force_terminal=False, record=True, file=io.StringIO())
+    console = SafeConsole(width=width, color_system=None, force_terminal=False, record=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
 
@@ -156,7 +157,9 @@ def summary(cells: Sequence[CellRecord]) -> Text:
 def summary_of_counts(counts: Mapping[CellState, int], removed: int) -> Text:
     """The cells still in the sweep counted by state, and those gone from its file (Store.census)."""
     parts = [f"{counts[s]} {s}" for s in CellState if counts.get(s)]
-    line = Text(f"{sum(counts.values())} cells: " + ", ".join(parts))
+    total = sum(counts.values())
+    line = Text(f"{total} cell: " if total == 1 else f"{total} cells: ")
+    line.append(", ".join(parts))
     if removed:
         line.append(f" ({removed} no longer in the sweep file)", style="dim")
     return line

@@ -25,6 +25,8 @@ from typing import IO, Any, cast
 
 from rich.console import Console
 
+from sweepq.cli.plain import SafeConsole
+
 WIDE = 1000  # tables are not cut to 80 columns in files (as app.out() does)
 
 
@@ -42,7 +44,7 @@ class Terminal:
         """The console on stdout (one per process) whose failed writes move the output instead of raising."""
         if self._console is None:
             stream = cast(IO[str], _Guarded(self, sys.stdout))
-            self._console = Console(file=stream, highlight=False, soft_wrap=False)
+            self._console = SafeConsole(file=stream, soft_wrap=False)  # no markup, escapes shown
             if not self._console.is_terminal:
                 self._console.width = WIDE
         return self._console

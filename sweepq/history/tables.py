@@ -8,6 +8,7 @@ that they read back exactly (`repr` of a float), times in ISO-8601 UTC.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -41,6 +42,25 @@ ATTEMPTS_HEADER = [
     "note",
 ]
 CELL_FIELDS = ["cell", "group", "state", "attempts", "last_reason", "step", "total_steps", "epoch"]
+
+
+# A field a spreadsheet would read as a formula (OWASP's CSV injection): a metric name, a cfg value, an
+# exception's note starting with one of these runs on open. Such a field is written after a single quote,
+# which spreadsheets show as text; a number (-0.5, +1e-3, -inf) is left as it is, so it stays a number.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|inf|nan)")
+
+
+def csv_cell(field: str) -> str:
+    """`field` as a CSV export writes it: after a `'` when a spreadsheet would run it, else as it is."""
+    if field.startswith(_FORMULA_START) and not _NUMBER.fullmatch(field):
+        return "'" + field
+    return field
+
+
+def csv_row(row: Iterable[str]) -> list[str]:
+    """Every field of `row` through `csv_cell` (the export's writer passes each row, header included)."""
+    return [csv_cell(f) for f in row]
 
 
 def text(v: Any) -> str:

@@ -160,7 +160,7 @@ def test_closing_the_terminal_never_stops_training(sweep_dir: Path, ignore_hup: 
     finally:
         kill_tree(launch.pid)
     assert b"state" in screen.seen  # the live table was on the terminal until it went away
-    assert "1 cells: 1 done" in log_of(root)  # and the launch went on writing, to its log
+    assert "1 cell: 1 done" in log_of(root)  # and the launch went on writing, to its log
     assert_trained_once(root, 1)
 
 
@@ -198,7 +198,7 @@ def test_detach_refuses_a_second_launch_and_stops_gracefully(sweep_dir: Path) ->
     pid = int(re.search(r"launched in the background: pid (\d+)", r.stdout).group(1))  # type: ignore[union-attr]
     try:
         assert "sweepq status --watch --root runs/term" in r.stdout and "tail -f runs/term/launch.log" in r.stdout
-        assert r.stdout.startswith("sweep term at runs/term: 1 cells\n  queued: 1.1\n")  # what the launch said
+        assert r.stdout.startswith("sweep term at runs/term: 1 cell\n  queued: 1.1\n")  # what the launch said
         assert "sweepq stop runs/term" in r.stdout
         assert os.getsid(pid) == pid != os.getsid(0)  # its own session: no terminal of ours reaches it
         assert os.readlink(f"/proc/{pid}/fd/0") == os.devnull
@@ -213,7 +213,7 @@ def test_detach_refuses_a_second_launch_and_stops_gracefully(sweep_dir: Path) ->
         kill_tree(pid)
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert stop.stdout.startswith(f"stopping the launch on runs/term (pid {pid}): each running cell writes")
-    assert "stopped: 1 cells: 1 interrupted\nresume with: sweepq launch term.yaml\n" in stop.stdout
+    assert "stopped: 1 cell: 1 interrupted\nresume with: sweepq launch term.yaml\n" in stop.stdout
     assert "SIGTERM: stopping: running cells are writing a checkpoint" in log_of(root)
     ((reason, _, end_step),) = receipts(root)["1.1"]
     steps = [int(p.name.split("-")[1]) for p in (root / "cells/1.1/checkpoints").glob("step-*")]
@@ -227,7 +227,7 @@ def test_detach_refuses_a_second_launch_and_stops_gracefully(sweep_dir: Path) ->
     assert again.returncode == 0, again.stdout + again.stderr
     assert receipts(root)["1.1"] == [("preempted", 0, end_step), ("completed", end_step, 40)]  # nothing lost
     watch = cli("status", "--watch", "--root", str(root), cwd=sweep_dir)  # settled: one table, then it ends
-    assert watch.returncode == 0 and "1 cells: 1 done" in watch.stdout
+    assert watch.returncode == 0 and "1 cell: 1 done" in watch.stdout
 
 
 WRITE_AFTER_HANGUP = r"""

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from rich.cells import cell_len
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 
 from sweepq.cli import failures, render, render_cell, report
+from sweepq.cli.plain import SafeConsole
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.queue.states import CellState
 from sweepq.spec.sweep import Metric
@@ -633,8 +634,8 @@ def test_a_long_table_is_written_line_by_line_as_rich_lays_it_out(monkeypatch: p
         if not streamed:
             return [render.to_text(t, width) for t in shown]
         texts = []
-        for t in shown:  # as `status` prints: two rows a call
-            console = Console(
+        for t in shown:  # as `status` prints (app.out()'s console): two rows a call
+            console = SafeConsole(
                 width=width,
                 color_system="truecolor" if colors else None,
                 force_terminal=colors,
