@@ -14,7 +14,6 @@ content changed (history/mlflow.py says how).
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
 import shutil
 from collections import Counter
@@ -131,7 +130,7 @@ def _write_all(folder: Path, files: dict[str, tuple[list[str], Iterable[list[str
             final = folder / name
             tmp = written[final] = tmp_name(final)
             with open(tmp, "w", newline="", encoding="utf-8") as f:
-                writer = csv.writer(f, lineterminator="\n")
+                writer = tables.csv_writer(f)  # a field holding a CR quoted
                 writer.writerow(tables.csv_row(header))  # spreadsheet-safe fields (history/tables.py)
                 writer.writerows(tables.csv_row(row) for row in rows)
                 f.flush()

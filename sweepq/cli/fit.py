@@ -251,8 +251,8 @@ def _shared(values: Sequence[Cell], seen: dict[str, str]) -> list[Cell]:
 def _shown(v: C) -> C:
     """`v` with its control characters in their visible form (most values have none: returned as they are)."""
     if isinstance(v, Text):
-        return v if v.plain.isprintable() else Text(visible(v.plain), style=v.style, justify=v.justify)  # type: ignore[return-value]
-    return v if v.isprintable() else visible(v)  # type: ignore[return-value]
+        return v if v.plain.isprintable() else Text(visible(v.plain), style=v.style, justify=v.justify)
+    return v if v.isprintable() else visible(v)
 
 
 def _plain(v: Cell) -> str:

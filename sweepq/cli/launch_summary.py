@@ -25,7 +25,9 @@ def describe_start(store: Store, sweep: Sweep, root: Path, plan: reconcile.Recon
     if plan.new and len(plan.new) != census.total:
         console.print(f"  new cells: {listed([c.id for c in plan.new[:LISTED]], len(plan.new))}")
     if plan.removed:
-        console.print(Text.assemble("  ", ("no longer in the file (kept, not run):", "yellow"), f" {listed(plan.removed)}"))
+        console.print(
+            Text.assemble("  ", ("no longer in the file (kept, not run):", "yellow"), f" {listed(plan.removed)}")
+        )
     if plan.kept_done and not plan.rerun:
         console.print(Text.assemble("  ", (f"{KEPT_DONE}:", "yellow"), f" {listed(plan.kept_done)}"))
     if plan.requeued:

@@ -40,7 +40,7 @@ class SafeConsole(Console):
         # Every segment of every renderable passes here (a `Text` built elsewhere included): the one
         # place where what reaches the file is made visible. Spaces that end a line of the whole
         # print are dropped (a table pads its last column); a cell's own lines are left to its table.
-        if getattr(self._outer, "on", False):  # a nested render (a table's cell): only the outermost one strips its lines
+        if getattr(self._outer, "on", False):  # a nested render (a table's cell): the outermost one strips
             yield from self._visible_segments(super().render(renderable, options))
             return
         self._outer.on = True

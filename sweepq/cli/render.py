@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.text import Text
 
 from sweepq.analysis.grid import flatten
 from sweepq.cli import params, report
 from sweepq.cli.columns import METRIC, PARAMS, SAME, kept, ranks
-from sweepq.cli.plain import SafeConsole
 from sweepq.cli.fit import Column, FittedTable, short_header
+from sweepq.cli.plain import SafeConsole
 from sweepq.execution import usage_text
 from sweepq.execution.usage_text import low_gpu_flag
 from sweepq.queue.records import AttemptRecord, CellRecord

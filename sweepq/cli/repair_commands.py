@@ -52,7 +52,9 @@ def _sweep_and_root(spec: str | None, root: str | None) -> tuple[Sweep, Path]:
 def _report(sweep: Sweep, root: Path, r: rebuild.Rebuilt) -> None:
     con = out()
     where = render.shown_path(root)
-    con.print(Text.assemble("rebuilt the queue of sweep ", (sweep.settings.name, "bold"), f" at {where} from its files"))
+    con.print(
+        Text.assemble("rebuilt the queue of sweep ", (sweep.settings.name, "bold"), f" at {where} from its files")
+    )
     if r.damage:
         con.print(f"  the old database was damaged: {r.damage}")
     if r.moved_to is not None:
@@ -68,7 +70,9 @@ def _report(sweep: Sweep, root: Path, r: rebuild.Rebuilt) -> None:
         )
     if r.not_in_file:
         con.print(
-            Text.assemble("  ", ("cell folders not in the sweep file (left alone):", "yellow"), f" {', '.join(r.not_in_file)}")
+            Text.assemble(
+                "  ", ("cell folders not in the sweep file (left alone):", "yellow"), f" {', '.join(r.not_in_file)}"
+            )
         )
     again = f" --root {where}" if root != default_root(sweep).resolve() else ""
     con.print(f"run `sweepq launch {render.shown_path(sweep.path)}{again}` to go on")

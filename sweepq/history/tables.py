@@ -7,12 +7,13 @@ that they read back exactly (`repr` of a float), times in ISO-8601 UTC.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from sweepq.history.records import CellHistory, Status
 
@@ -61,6 +62,25 @@ def csv_cell(field: str) -> str:
 def csv_row(row: Iterable[str]) -> list[str]:
     """Every field of `row` through `csv_cell` (the export's writer passes each row, header included)."""
     return [csv_cell(f) for f in row]
+
+
+class _Rows:
+    """A text file that `csv.writer` writes rows to, with lines ending in "\\n" (as the exports always have).
+
+    The writer is told "\\r\\n": only then does Python's csv (before 3.12) quote a field holding a lone CR,
+    which a reader would otherwise take for the end of the row; each row's own "\\r\\n" is then "\\n".
+    """
+
+    def __init__(self, f: IO[str]) -> None:
+        self.f = f
+
+    def write(self, line: str) -> int:
+        return self.f.write(line[:-2] + "\n" if line.endswith("\r\n") else line)
+
+
+def csv_writer(f: IO[str]) -> Any:
+    """A `csv.writer` onto `f` (opened with newline=""): rows end in "\\n", a field with a CR or LF is quoted."""
+    return csv.writer(_Rows(f), lineterminator="\r\n")
 
 
 def text(v: Any) -> str:
