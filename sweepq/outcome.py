@@ -387,8 +387,12 @@ def _flooded(e: Evidence) -> bool:
 
 
 FLOOD_RULES = (
-    Rule("printed past its flood limit (SWEEPQ_LOG_FLOOD) and was stopped", _only(Witness.TRAINING, Witness.PROGRAM),
-         _flooded, lambda e: Outcome(Reason.LOG_FLOOD, note=e.flooded)),
+    Rule(
+        "printed past its flood limit (SWEEPQ_LOG_FLOOD) and was stopped",
+        _only(Witness.TRAINING, Witness.PROGRAM),
+        _flooded,
+        lambda e: Outcome(Reason.LOG_FLOOD, note=e.flooded),
+    ),
 )
 
 RULES: tuple[Rule, ...] = FLOOD_RULES + TRAINING_RULES + PROGRAM_RULES + WORKER_RULES + REAPER_RULES
