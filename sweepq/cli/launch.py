@@ -127,6 +127,7 @@ class Launcher:
         self.gpus = gpus
         self.console = console
         self.live = live
+        self.ended_on_screen = False  # the live table's last frame (which ends with the counts) stays on screen
         self.terminal = terminal
         self.procs: list[subprocess.Popen[bytes]] = []
         self.gate: int | None = None  # the workers' gate, while they wait on it
@@ -221,6 +222,7 @@ class Launcher:
                 time.sleep(0.5)
             live.update(self._view(store, metric), refresh=True)
         if self.terminal.moved is None:
+            self.ended_on_screen = True  # its last frame ends with the counts: the launch does not say them again
             return True
         self.console.line()  # the table's last frame, now in the log, ends without a newline
         return False
@@ -379,7 +381,8 @@ def _run(store: Store, prepared: Prepared, launcher: Launcher, ready_fd: int | N
     if launcher.stops >= 2:
         reap(store, override=Outcome(Reason.PREEMPTED, note="hard stop (second interrupt): no emergency checkpoint"))
     interrupted = launcher.stops > 0
-    console.print(launch_summary.ending(store.census()))
+    if not launcher.ended_on_screen or launcher.stops >= 2:  # (a hard stop's reap changed the counts)
+        console.print(launch_summary.ending(store.census()))
     if interrupted:
         console.print("interrupted: run the same command again to resume")
     return exit_code(store, interrupted)

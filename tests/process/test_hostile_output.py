@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import pty
 import re
 import subprocess
 from pathlib import Path
@@ -181,3 +183,29 @@ def test_csv_export_fields_are_spreadsheet_safe_and_numbers_stay_numbers(hostile
     assert {"'=cmd", "'+p", "'@at", "'-x", "acc[/val]", "[bold]x"} <= names
     with open(d / "out/attempts.csv", newline="") as f:
         assert all(not field.startswith(("=", "+", "@", "\t", "\r")) for row in csv.reader(f) for field in row)
+
+
+def test_the_live_table_on_a_terminal_shows_the_words_and_says_the_counts_once(tmp_path: Path) -> None:
+    write(tmp_path / "hostile.py", TRAINER)
+    write(tmp_path / "s.yaml", SPEC)
+    master, slave = pty.openpty()
+    p = subprocess.Popen(
+        [*SWEEPQ, "launch", "s.yaml", "--workers", "2"], cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave
+    )
+    os.close(slave)
+    seen = bytearray()
+    while True:  # read until the launch closed its end of the terminal (it exited)
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: no process holds the terminal any more
+            break
+        if not data:
+            break
+        seen += data
+    os.close(master)
+    assert p.wait(timeout=300) == 1, seen.decode(errors="replace")
+    assert b"\x1b]0;" not in seen and b"\x1b]52;" not in seen and b"\x07" not in seen  # no OSC ran
+    assert b"sweep \x1b[1m[/x]\x1b[0m at runs/h: 3 cells\r\n" in seen  # the name as text, in bold
+    # The last frame of the table ends with the counts; the launch does not print them a second time.
+    shown = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", bytes(seen))  # rich's own style and cursor codes
+    assert shown.endswith(b"\r\n3 cells: 2 done, 1 failed\r\n") and b"failed\r\n3 cells: 2 done, 1 failed" not in shown
