@@ -72,6 +72,10 @@ def csv_command(dest: str, spec: str | None, root: str | None, cells: tuple[str,
     later attempt resumed from; `reason` says how that attempt ended) or repeated (a
     step logged again). SPEC_OR_ROOT is the sweep file or its root folder (default:
     --root, else the current folder).
+
+    Spreadsheet-safe: a field starting with =, +, -, @, tab or CR (a metric name, a
+    cfg value) is written after a single quote ', so a spreadsheet shows it as text
+    and never runs it; numbers such as -0.5 are written as they are.
     """
     with reading(spec, root) as store:
         chosen = select_cells(store.cells(), cells) if cells else store.cells()
