@@ -181,3 +181,20 @@ def ended_words(ended: list[Ended]) -> str:
     """The note an attempt's row keeps about them."""
     n = len(ended)
     return f"sweepq ended {n} process{'es' if n > 1 else ''} the attempt left running: " + ", ".join(map(str, ended))
+
+
+def alive_since(pid: int | None, before: float) -> bool:
+    """Is `pid` a live process started no later than `before` (a POSIX time)?
+
+    A pid recorded on an attempt may have been reused since its process died: a process of that pid
+    started after the attempt's last sign of life is somebody else.
+    """
+    if pid is None:
+        return False
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and p.create_time() <= before + 1.0
+    except psutil.Error:
+        return False

@@ -83,6 +83,7 @@ class Worker:
             if self.gate is None:
                 reconcile_markers(self.store)
             while not self.stopping:
+                self._end_orphans()
                 reap(self.store)
                 claimed = self._claim_next()
                 if claimed is not None:
@@ -192,6 +193,37 @@ class Worker:
             detail = {"attempt": claim.number, "processes": [e.to_json() for e in left]}
             progress.events.append((LEFTOVERS_EVENT, detail))
         return left
+
+    def _end_orphans(self) -> None:
+        """End what holds a running cell's lock on this host once its attempt's processes are all dead.
+
+        A worker ends what its attempt leaves (`_end_leftovers`), but a worker killed together with its
+        training process (kill -9 of a whole launch, the OOM killer taking both) ends nothing: a forked
+        helper that inherited the locked descriptor would then hold the cell for its own life, and no
+        reaper could take it. Once the queue's record says the attempt ran here, and neither its training
+        process nor its worker lives (a pid started after the attempt's last sign of life is somebody
+        else's), whoever holds the lock is such a leftover: it is ended and named in a `leftovers_ended`
+        event, and the reaper then closes the attempt as it would any dead one.
+        """
+        assert self.store is not None
+        from sweepq.queue import lock
+
+        for cell, number in self.store.running():
+            rec = self.store.attempt(cell, number)
+            if rec is None or rec.host != self.info.host or rec.seen_at is None:
+                continue  # another machine's (its lock is not seen here), or not yet flushed once
+            last = rec.seen_at.timestamp()
+            if procs.alive_since(rec.pid, last) or procs.alive_since(rec.worker_pid, last):
+                continue
+            folder = CellPaths(self.root, cell).lock
+            holders = [h.pid for h in lock.holders(folder, exclude=(os.getpid(),))]
+            if not holders:
+                continue
+            left = procs.end_processes(holders)
+            if left:
+                diskfull.say(f"sweepq: attempt {number} of {cell} (its processes dead): {procs.ended_words(left)}")
+                detail = {"attempt": number, "processes": [e.to_json() for e in left], "after": "its processes died"}
+                self.store.add_event(cell, LEFTOVERS_EVENT, detail)
 
     def _write_spec(self, claim: Claim, settings: Settings, started: float) -> Path:
         assert self.store is not None

@@ -177,6 +177,43 @@ def test_helpers_of_a_killed_training_process_are_ended_and_the_cell_resumes(lea
     assert cli_json("show", "1.2", "--root", str(root))["state"] == "done"
 
 
+def test_helpers_outliving_their_whole_launch_are_ended_by_the_next_one(leaver_dir: Path) -> None:
+    """kill -9 of the launch, its worker and the training process at once: nobody is left to end the
+    helpers, which hold the cell's lock. The next launch sees that the attempt's processes are dead,
+    ends the holders, names them, and resumes the cell."""
+    spec = _spec(leaver_dir, "train")
+    root = leaver_dir / "runs" / "strays"
+    launch = start("launch", str(spec), "--workers", "1", "--no-live", cwd=leaver_dir)
+    trainer, helper, daemon = (_pid(leaver_dir, n) for n in ("trainer", "helper", "daemon"))
+    commands = {helper: _command(helper), daemon: _command(daemon)}
+    wait_for(
+        lambda: cli_json("show", "1.1", "--root", str(root))["attempts"][0].get("seen_at"),
+        what="the attempt's first flush",
+    )
+    sweep = [launch.pid, *(p.pid for p in psutil.Process(launch.pid).children(recursive=True))]
+    for pid in sweep:
+        if pid not in commands:
+            os.kill(pid, signal.SIGKILL)
+    launch.wait()
+    assert trainer in sweep and _alive(helper) and _alive(daemon)
+
+    r = cli("launch", str(spec), "--workers", "1", "--no-live", cwd=leaver_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not _alive(helper) and not _alive(daemon)
+    shown = cli_json("show", "1.1", "--root", str(root))
+    first, second = shown["attempts"]
+    assert shown["state"] == "done" and first["reason"] == "lost" and second["reason"] == "completed"
+    (detail,) = [e["detail"] for e in shown["history"] if e["kind"] == "leftovers_ended"]
+    assert detail["attempt"] == 1 and detail["after"] == "its processes died"
+    assert sorted((p["pid"], p["command"]) for p in detail["processes"]) == sorted(commands.items())
+    worker_log = "".join(p.read_text() for p in (root / ".sweepq").rglob("*.log"))
+    named = ", ".join(f"pid {p['pid']} ({p['command']})" for p in detail["processes"])
+    assert (
+        f"sweepq: attempt 1 of 1.1 (its processes dead): sweepq ended 2 processes the attempt left running: {named}"
+        in (worker_log)
+    )
+
+
 def test_a_daemon_left_by_a_done_cell_is_ended_with_its_attempt(leaver_dir: Path) -> None:
     spec = _spec(leaver_dir, "program", "daemon")
     root = leaver_dir / "runs" / "strays"
