@@ -108,7 +108,7 @@ def csv_command(dest: str, spec: str | None, root: str | None, cells: tuple[str,
         )
     values = sum(logged for logged, _ in counted.values())
     click.echo(
-        f"wrote {values} logged values of {len(ids)} cells ({len(attempts)} attempts) to {folder}: "
+        f"wrote {values} logged values of {_n(len(ids), 'cell')} ({_n(len(attempts), 'attempt')}) to {folder}: "
         "metrics.csv, attempts.csv, cells.csv"
     )
 
@@ -180,7 +180,7 @@ def tensorboard_command(dest: str, spec: str | None, root: str | None, cells: tu
             _swap(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    click.echo(f"wrote {points} points of {len(cfgs)} cells to {target}: view with tensorboard --logdir {target}")
+    click.echo(f"wrote {points} points of {_n(len(cfgs), 'cell')} to {target}: view with tensorboard --logdir {target}")
 
 
 def _warned(cells: Iterable[CellStream]) -> Iterator[CellStream]:
@@ -281,9 +281,9 @@ def mlflow_command(
             f"warning: {what} is not in MLflow for {_cells(where)}: {why} (the tag sweepq.left_out says so)", err=True
         )
     click.echo(
-        f"exported {done.points} points of {len(chosen)} cells to the MLflow experiment {experiment or name!r} in "
-        f"{uri}: {done.written} run{'s' * (done.written != 1)} written, {done.unchanged} unchanged (the sweep's run: "
-        f"{done.parent})"
+        f"exported {done.points} points of {_n(len(chosen), 'cell')} to the MLflow experiment "
+        f"{experiment or name!r} in {uri}: {_n(done.written, 'run')} written, {done.unchanged} unchanged "
+        f"(the sweep's run: {done.parent})"
     )
     if uri.startswith(("http://", "https://")):
         click.echo(f"view at {uri.rstrip('/')}/#/experiments/{experiment_id}")
@@ -307,5 +307,10 @@ def _cells(ids: list[str]) -> str:
     return (
         f"cell {ids[0]}"
         if len(ids) == 1
-        else f"{len(ids)} cells ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
+        else f"{_n(len(ids), 'cell')} ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
     )
+
+
+def _n(count: int, noun: str) -> str:
+    """`1 cell`, `2 cells`: the words a count takes."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

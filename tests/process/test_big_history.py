@@ -105,7 +105,7 @@ def f32(x: float) -> float:
 def test_export_csv_streams_a_million_points(big: Path, tmp_path: Path) -> None:
     code, out, err, mb = peak(tmp_path, "export", "csv", str(tmp_path / "csv"), "--root", str(big), "--cell", "1.1")
     assert code == 0, err
-    assert out.startswith(f"wrote {POINTS} logged values of 1 cells (1 attempts) to {tmp_path / 'csv'}")
+    assert out.startswith(f"wrote {POINTS} logged values of 1 cell (1 attempt) to {tmp_path / 'csv'}")
     assert mb < PEAK_MB, f"export csv peaked at {mb:.0f} MB"
     rows = 0
     with open(tmp_path / "csv" / "metrics.csv", newline="") as f:
@@ -127,7 +127,7 @@ def test_export_tensorboard_streams_a_million_points(big: Path, tmp_path: Path) 
     dest = tmp_path / "tb"
     code, out, err, mb = peak(tmp_path, "export", "tensorboard", str(dest), "--root", str(big), "--cell", "1.1")
     assert code == 0, err
-    assert out.startswith(f"wrote {POINTS} points of 1 cells to {dest}")
+    assert out.startswith(f"wrote {POINTS} points of 1 cell to {dest}")
     assert mb < PEAK_MB, f"export tensorboard peaked at {mb:.0f} MB"
     count, first, last = 0, None, None
     for tag, step, value in events(dest / "1.1" / "events.out.tfevents.0000000000.sweepq"):
@@ -146,7 +146,7 @@ def test_export_mlflow_streams_a_million_points(big: Path, tmp_path: Path) -> No
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code, out, err, mb = peak(tmp_path, "export", "mlflow", "--root", str(big), "--cell", "1.1", "--tracking-uri", uri)
     assert code == 0, err
-    assert out.startswith(f"exported {POINTS} points of 1 cells to the MLflow experiment 'tiny'")
+    assert out.startswith(f"exported {POINTS} points of 1 cell to the MLflow experiment 'tiny'")
     assert mb < PEAK_MB, f"export mlflow peaked at {mb:.0f} MB"
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("tiny")
