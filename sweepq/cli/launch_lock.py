@@ -4,9 +4,12 @@ A launch holds `.sweepq/launch.lock` (a whole-file flock: the kernel drops it
 however the process ends, kill -9 included) for its whole life, and writes who
 it is beside it (`.sweepq/launch.json`) for the words of a refused second
 launch and for `sweepq stop`. The lock, not that file, says whether a launch
-lives: what a crashed launch left is ignored. Workers started by hand (`sweepq
-worker --root`) never take it: they may join a live launch. Asking who holds
-the lock creates nothing.
+lives: what a crashed launch left is ignored. Where that file cannot tell
+(damaged, replaced, not written yet), the holder is found through the kernel:
+the process whose open descriptor of the lock file holds the flock (/proc/PID/fd
+and its fdinfo's `lock:` line), so `sweepq stop` works whatever became of the
+file. Workers started by hand (`sweepq worker --root`) never take it: they may
+join a live launch. Asking who holds the lock creates nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Holder:
     spec: str = ""
     grace_seconds: float = 0.0  # how long its workers give a training process to checkpoint and stop
     workers: int = 0  # how many workers it started (0: it did not say)
+    by_lock: bool = False  # found as the process holding the lock: launch.json did not say (or not of it)
 
     @property
     def here(self) -> bool:
@@ -54,7 +58,12 @@ def holder(root: Path) -> Holder | None:
         info = read_json(paths.launch_info)
     except (OSError, ValueError):
         info = None
-    return _described(info) or Holder(pid=None)
+    return _described(info) or _found_by_lock(paths) or Holder(pid=None)
+
+
+def is_held(root: Path) -> bool:
+    """Does a live launch hold the root's lock? (Only the lock: cheap enough to poll.)"""
+    return _is_held(RootPaths(root).launch_lock)
 
 
 def _described(info: Any) -> Holder | None:
@@ -86,6 +95,105 @@ def _same_process(pid: int | None, created: float) -> bool:
         return abs(psutil.Process(pid).create_time() - created) < 0.01
     except (psutil.Error, ValueError):
         return False
+
+
+def _found_by_lock(paths: RootPaths) -> Holder | None:
+    """The launch as the kernel knows it: the process of this host holding the flock on launch.lock."""
+    pid = lock_holder(paths.launch_lock)
+    if pid is None:
+        return None
+    import socket
+
+    import psutil  # here: only when launch.json cannot say who holds the lock
+
+    try:
+        created = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None  # it exited meanwhile
+    started = datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Holder(
+        pid=pid,
+        host=socket.gethostname(),
+        started_at=started,
+        log=str(paths.launch_log),
+        grace_seconds=_grace_of(pid),
+        by_lock=True,
+    )
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid of the process (of this host, visible to this user) whose descriptor of `path` holds its flock.
+
+    Linux lists the locks a descriptor holds in /proc/PID/fdinfo/FD (`lock:` lines, since 3.8); the
+    descriptors of `path` are those whose file has its device and inode. The pid /proc/locks names for
+    the file's inode is asked first (one read), every process's descriptors only when that one does not hold it.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    first = _pids_in_proc_locks(st)
+    try:
+        rest = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return None  # no /proc: nobody to ask
+    for pid in [*first, *(p for p in rest if p not in first)]:
+        if pid != os.getpid() and _holds(pid, st):
+            return pid
+    return None
+
+
+def _pids_in_proc_locks(st: os.stat_result) -> list[int]:
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    pids = []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2146499 0 EOF"; a waiter's line has "->" after the number
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit():
+            pids.append(int(fields[4]))
+    return pids
+
+
+def _holds(pid: int, st: os.stat_result) -> bool:
+    """Does a descriptor of process `pid` of the file `st` hold a lock (its fdinfo says so)?"""
+    fds = f"/proc/{pid}/fd"
+    try:
+        entries = os.listdir(fds)
+    except OSError:
+        return False  # gone, or another user's
+    for fd in entries:
+        try:
+            there = os.stat(f"{fds}/{fd}")
+            if (there.st_dev, there.st_ino) != (st.st_dev, st.st_ino):
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+        except OSError:
+            continue
+        if any(line.startswith("lock:") and " FLOCK " in line for line in info.splitlines()):
+            return True
+    return False
+
+
+def _grace_of(pid: int) -> float:
+    """The grace period the launch gave its workers: its environment's, else this sweepq's default."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        environ = []
+    for entry in environ:
+        name, _, value = entry.partition(b"=")
+        if name == b"SWEEPQ_GRACE_SECONDS":
+            try:
+                return float(value)
+            except ValueError:
+                break
+    from sweepq.execution.worker import GRACE_S  # the default (or this process's own setting)
+
+    return GRACE_S
 
 
 def refusal(root: Path, h: Holder | None) -> str:

@@ -44,9 +44,22 @@ def stop(target: str | None) -> None:
         click.echo(f"no launch is running on {shown}: nothing to stop")
         return
     if h.pid is None:
-        raise UsageError(f"a launch on {shown} is starting and has not said who it is yet: run `sweepq stop` again")
+        # Neither launch.json nor the kernel named it: a launch of another user, or one on another host
+        # sharing this root's file system (their processes are not in this host's /proc).
+        lock = render.shown_path(RootPaths(root).launch_lock)
+        raise UsageError(
+            f"a launch holds {lock} but cannot be found: its {RootPaths(root).launch_info.name} does not name it "
+            "and no process of this user on this host holds the lock. Stop it where it runs (as its user, or "
+            f"on the host that shares this folder): `sweepq stop {shown}` there, or send its process SIGTERM"
+        )
     if not h.here:
         raise UsageError(f"the launch on {shown} runs on host {h.host} (pid {h.pid}): run `sweepq stop` there")
+    if h.by_lock:
+        info = render.shown_path(RootPaths(root).launch_info)
+        click.echo(
+            f"{info} does not say which launch runs (it is damaged or not that launch's): found it as the "
+            f"process holding {render.shown_path(RootPaths(root).launch_lock)}, pid {h.pid}"
+        )
     try:
         os.kill(h.pid, signal.SIGTERM)  # the launch's first stop; a second SIGTERM would change nothing
     except ProcessLookupError:
@@ -77,7 +90,7 @@ def _wait(root: Path, h: launch_lock.Holder) -> bool:
     said: list[str] | None = None
     store = _store(root)
     try:
-        while launch_lock.holder(root) is not None:
+        while launch_lock.is_held(root):
             if time.monotonic() > deadline:
                 return False
             running = _running(store)
@@ -116,10 +129,23 @@ def _summary(root: Path, h: launch_lock.Holder) -> None:
         cells = [c for c in store.cells() if not c.removed]
         click.echo(f"stopped: {render.summary(cells).plain}")
         resumable = [c.id for c in cells if c.state in (CellState.INTERRUPTED, CellState.QUEUED)]
-        if resumable:
-            click.echo(f"resume with: sweepq launch {_relaunch(root, h.spec)}")
+        spec = h.spec or _recorded_spec(root)  # a launch found by its lock did not say its file
+        if resumable and spec:
+            click.echo(f"resume with: sweepq launch {_relaunch(root, spec)}")
+        elif resumable:
+            click.echo(f"resume with: sweepq launch SPEC --root {render.shown_path(root)}")
     finally:
         store.close()
+
+
+def _recorded_spec(root: Path) -> str | None:
+    """The sweep file the root's queue names (each launch records its own)."""
+    from sweepq.queue.rebuild import spec_path
+
+    try:
+        return spec_path(root)
+    except SweepqError:
+        return None
 
 
 def _relaunch(root: Path, spec: str) -> str:

@@ -1,0 +1,149 @@
+"""A launch supervises what it started, and `sweepq stop` finds a launch whatever became of its launch.json.
+
+Real launches with real workers: workers killed with a real SIGKILL (one, then every one, again and again
+up to the limit), a live launch whose `.sweepq/launch.json` is truncated, overwritten with garbage or
+deleted and replaced, and `status --watch` watching a launch that is stopped. Each cell is held at its
+first checkpoint (the gated trainer below) until its gate file is removed, so that it surely is
+mid-training when a worker dies, whatever the machine's speed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import SWEEPQ, cli, cmdline, env_with, kill_tree, tree, wait_for, write
+
+from sweepq.layout import RootPaths
+from sweepq.queue.store import Store
+
+pytestmark = pytest.mark.process
+
+SPEC = """
+name: sup
+train: gated:train
+root: runs/sup
+params: {steps: 40, delay: 0.01}
+checkpoint: {every_steps: 20}
+groups:
+  - name: a
+    grid: {seed: SEEDS}
+"""
+GATED = '''
+"""tests/trainers.train, held after each checkpoint while the file gate-<cell> exists (or until a stop)."""
+import time
+from pathlib import Path
+
+import trainers
+
+
+def train(cfg, run):
+    gate = Path(f"gate-{run.cell}")  # in the sweep file's folder, the training process's working folder
+    checkpoint = run.checkpoint
+
+    def held(*args, **kwargs):
+        taken = checkpoint(*args, **kwargs)
+        while taken and gate.exists() and not run.should_stop:
+            time.sleep(0.01)
+        return taken
+
+    run.checkpoint = held
+    return trainers.train(cfg, run)
+'''
+HANG_GUARD_S = 120.0  # only against a hang: every wait below is for a condition
+
+
+def sweep(sweep_dir: Path, cells: int) -> tuple[Path, Path]:
+    """A sweep of `cells` cells, each held at its checkpoints until its gate is opened."""
+    write(sweep_dir / "gated.py", GATED)
+    for i in range(1, cells + 1):
+        write(sweep_dir / f"gate-1.{i}", "")
+    seeds = str(list(range(1, cells + 1)))
+    return write(sweep_dir / "sup.yaml", SPEC.replace("SEEDS", seeds)), sweep_dir / "runs" / "sup"
+
+
+def held(root: Path, *cells: str) -> bool:
+    """Every cell of `cells` has committed a checkpoint (and so waits at its gate, or has stopped)."""
+    return all(any((root / "cells" / c / "checkpoints").glob("step-*")) for c in cells)
+
+
+def launch(sweep_dir: Path, spec: Path, workers: int, **env: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """A launch printing lines into a file (read while it runs)."""
+    out = sweep_dir / "launch.out"
+    with open(out, "wb") as f:
+        p = subprocess.Popen(
+            [*SWEEPQ, "launch", str(spec), "--workers", str(workers), "--no-live"],
+            cwd=sweep_dir,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env_with(**env),
+        )
+    return p, out
+
+
+def states(root: Path) -> dict[str, str]:
+    store = Store.open_readonly(root)
+    try:
+        return {c.id: str(c.state) for c in store.cells()}
+    finally:
+        store.close()
+
+
+def reasons(root: Path) -> dict[str, list[str | None]]:
+    store = Store.open_readonly(root)
+    try:
+        return {c.id: [a.reason for a in store.attempts(c.id)] for c in store.cells()}
+    finally:
+        store.close()
+
+
+# -- `sweepq stop` and a damaged launch.json ---------------------------------------------------------
+
+
+def truncate(info: Path) -> None:
+    with open(info, "r+b") as f:
+        f.truncate(7)  # '{"pid":' : JSON cut in the middle
+
+
+def garbage(info: Path) -> None:
+    info.write_bytes(b"\x00\xff\xfe not json \x00")
+
+
+def replace(info: Path) -> None:
+    info.unlink()
+    info.write_text("pid = 1\n")  # a file of another format put in its place
+
+
+@pytest.mark.parametrize("damage", [truncate, garbage, replace], ids=["truncated", "garbage", "replaced"])
+def test_stop_finds_a_launch_whose_launch_json_is_damaged(sweep_dir: Path, damage: object) -> None:
+    spec, root = sweep(sweep_dir, 1)
+    # A grace period of its own: stop reads it from the launch's environment when launch.json cannot say it.
+    p, out = launch(sweep_dir, spec, 1, SWEEPQ_GRACE_SECONDS="45")
+    try:
+        wait_for(lambda: held(root, "1.1"), HANG_GUARD_S, "1.1 mid-training")
+        info = RootPaths(root).launch_info
+        damage(info)  # type: ignore[operator]
+        stop = cli("stop", "runs/sup", cwd=sweep_dir)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        code = p.wait(timeout=HANG_GUARD_S)
+    finally:
+        kill_tree(p.pid)
+    assert stop.stdout.startswith(
+        "runs/sup/.sweepq/launch.json does not say which launch runs (it is damaged or not that launch's): "
+        f"found it as the process holding runs/sup/.sweepq/launch.lock, pid {p.pid}\n"
+        f"stopping the launch on runs/sup (pid {p.pid}): each running cell writes a checkpoint and stops "
+        "(its workers wait up to 45 s for it)\n"
+    ), stop.stdout
+    assert stop.stdout.endswith("stopped: 1 cell: 1 interrupted\nresume with: sweepq launch sup.yaml\n")
+    assert stop.stderr == ""
+    assert code == 130
+    said = out.read_text()
+    assert "SIGTERM: stopping: running cells are writing a checkpoint" in said
+    assert said.rstrip().endswith("interrupted: run the same command again to resume")
+    assert reasons(root) == {"1.1": ["preempted"]}
+    assert not info.exists()  # the launch took away what was left of its file
