@@ -64,15 +64,16 @@ class Ended:
         return {"pid": self.pid, "command": self.command, "signal": self.signal}
 
 
-def leftovers(spare: tuple[int, ...], session: int, folder: Path) -> list[int]:
+def leftovers(spare: tuple[int, ...], session: int, locked: int | None) -> list[int]:
     """What an attempt that exited left running: never allowed to hold its cell.
 
     Three ways to find them, each catching what another misses: this worker's descendants (it is a
     child subreaper, so whatever an attempt forked, daemons that left their session included, is
     re-parented here when its parent exits); the members of the attempt's session (its process
     started one: helpers that are still some other process's child); and any process of this user
-    holding the cell folder's lock (a helper that inherited the descriptor, wherever it went).
-    `spare` are pids kept with their descendants (the worker's template process).
+    holding the lock of the folder the attempt locked (a helper that inherited the descriptor, wherever it
+    went), that folder known by `locked`, the worker's descriptor of it (None: not looked for), wherever
+    it is now. `spare` are pids kept with their descendants (the worker's template process).
     """
     import psutil
 
@@ -91,7 +92,14 @@ def leftovers(spare: tuple[int, ...], session: int, folder: Path) -> list[int]:
     except psutil.Error:
         pass
     found.update(_in_session(session))
-    found.update(h.pid for h in lock.holders(folder, exclude=tuple(kept)))
+    if locked is not None:
+        try:
+            st = os.fstat(locked)
+            where = Path(os.readlink(f"/proc/self/fd/{locked}"))
+        except OSError:
+            pass
+        else:
+            found.update(h.pid for h in lock.holders(where, exclude=tuple(kept), identity=(st.st_dev, st.st_ino)))
     return sorted(found - kept)
 
 

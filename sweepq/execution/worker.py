@@ -148,7 +148,7 @@ class Worker:
             used = sampler.stop()
             if exited is not None:
                 os.close(exited)
-        left = self._end_leftovers(claim, paths, progress)
+        left = self._end_leftovers(claim, owner, progress)
         _sampled(progress, sampler, claim.number, None)  # the low-GPU flag, if only the whole attempt shows it
         for _ in range(100):  # what is still waiting, in bounded batches (the attempt and its leftovers are gone)
             batch = chan.receive(worker_end)
@@ -173,7 +173,7 @@ class Worker:
         assert self.starter is not None
         self.starter.reap()  # what the attempt's own children left, adopted by this worker
 
-    def _end_leftovers(self, claim: Claim, paths: CellPaths, progress: Progress) -> list[procs.Ended]:
+    def _end_leftovers(self, claim: Claim, owner: liveness.Ownership, progress: Progress) -> list[procs.Ended]:
         """End every process the exited attempt left running, before its cell is closed and released.
 
         A helper forked by the training code (multiprocessing, DataLoader workers, a daemon that
@@ -183,7 +183,14 @@ class Worker:
         """
         assert self.child is not None
         spare = (self.starter.template.proc.pid,) if self.starter and self.starter.template else ()
-        others, keepers = procs.log_keepers(procs.leftovers(spare, self.child.pid, paths.lock))
+        # The holders looked for are those of the folder this attempt locked, known by its descriptor:
+        # the path may name another folder by now (the cell's moved away under a stopped attempt and the
+        # new one's locked by the attempt that replaced it), whose holders are none of this attempt's.
+        try:
+            fds = owner.handoff().fds
+        except liveness.OwnershipLost:
+            fds = ()
+        others, keepers = procs.log_keepers(procs.leftovers(spare, self.child.pid, fds[0] if fds else None))
         left = procs.end_processes(others)
         left += procs.wait_then_end(keepers)  # each finishes by itself, its logs copied, once the rest is gone
         assert self.starter is not None

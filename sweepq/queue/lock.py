@@ -118,23 +118,27 @@ class Holder:
 COMMAND_CHARS = 200  # a command line is named, not copied: its first characters
 
 
-def holders(path: Path, exclude: tuple[int, ...] = ()) -> list[Holder]:
+def holders(path: Path, exclude: tuple[int, ...] = (), identity: tuple[int, int] | None = None) -> list[Holder]:
     """The processes whose open descriptors hold the flock on the folder `path` (Linux /proc; [] elsewhere).
 
     A process that inherited the locked descriptor (a forked helper, a daemon that escaped its session)
     holds the lock as its owner did: this names it. Only processes this user may look into are seen, and
     a descriptor counts only when the kernel lists the lock on it (fdinfo's `lock:` line), so a process
-    that merely has the folder open (a reader asking `held_elsewhere`) is never named.
+    that merely has the folder open (a reader asking `held_elsewhere`) is never named. `identity` (device,
+    inode) names the folder when `path` is where a descriptor of it says it is (a folder since moved).
     """
     try:
-        want = os.stat(path)
+        key = identity
+        if key is None:
+            want = os.stat(path)
+            key = (want.st_dev, want.st_ino)
         text = os.path.realpath(path)
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return []
     found = []
     for pid in pids:
-        if pid in exclude or not _holds(pid, text, (want.st_dev, want.st_ino)):
+        if pid in exclude or not _holds(pid, text, key):
             continue
         found.append(Holder(pid, command_of(pid)))
     return found

@@ -120,12 +120,12 @@ def test_history_numbers_out_of_range_are_skipped_and_said(sweep: Path) -> None:
     assert "inf" not in (sweep / "csv" / "metrics.csv").read_text()
     r = cli("export", "tensorboard", str(sweep / "tb"), "--root", str(root), "--cell", "1.1")
     assert (r.returncode, r.stderr) == (0, warning)
-    assert r.stdout.startswith(f"wrote {kept} points of 1 cells")
+    assert r.stdout.startswith(f"wrote {kept} points of 1 cell")
     pytest.importorskip("mlflow", reason="export mlflow needs the mlflow extra")
     uri = f"sqlite:///{sweep / 'mlflow.db'}"
     r = cli("export", "mlflow", "--root", str(root), "--cell", "1.1", "--tracking-uri", uri)
     assert r.returncode == 0 and warning in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert r.stdout.startswith(f"exported {kept} points of 1 cells")
+    assert r.stdout.startswith(f"exported {kept} points of 1 cell")
 
 
 def attempts_column(root: Path) -> list[tuple[str, object, str]]:

@@ -64,10 +64,10 @@ def holding(cell: CellPaths, attempt: int) -> bool:
 
 
 def program_of(launch_pid: int) -> psutil.Process:
-    """The user's program: the child of the cell's attempt process."""
+    """The user's program: the child of the cell's attempt process (beside it, the attempt's log keeper)."""
     attempt = trainer_of(launch_pid, "1.1")
     assert attempt is not None
-    (program,) = attempt.children()
+    (program,) = [p for p in attempt.children() if "logkeeper" not in " ".join(p.cmdline())]
     assert "hf_script.py" in " ".join(program.cmdline())
     return program
 
