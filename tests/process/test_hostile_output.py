@@ -115,7 +115,10 @@ def test_a_hostile_sweep_runs_every_cell_and_every_command_shows_its_words_visib
     assert CFG in row and status[-1] == "3 cells: 2 done, 1 failed"
     header = status[1]
     assert header.index("acc[/val]") + len("acc[/val]") == row.index("0.9") + len("0.9")  # aligned as shown
-    assert f"{ERROR} (see sweepq logs 1.3 runs/h)" in ran["status"].stdout
+    # The note column is the first a narrow table drops (80 columns off a terminal; a slower machine's cells
+    # ran long enough to show their usage, which takes its room): asked for at a width that keeps it.
+    wide = cli("status", "s.yaml", cwd=d, env=dict(os.environ, COLUMNS="400"))
+    assert f"{ERROR} (see sweepq logs 1.3 runs/h)" in wide.stdout
 
     assert lines(ran["show_ok"].stdout)[:12] == [
         "cell      1.2 (group default)",
