@@ -9,15 +9,11 @@ mid-training when a worker dies, whatever the machine's speed.
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import subprocess
 from pathlib import Path
 
-import psutil
 import pytest
-from conftest import SWEEPQ, cli, cmdline, env_with, kill_tree, tree, wait_for, write
+from conftest import SWEEPQ, cli, env_with, kill_tree, wait_for, write
 
 from sweepq.layout import RootPaths
 from sweepq.queue.store import Store
