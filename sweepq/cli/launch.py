@@ -46,6 +46,13 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # not SIGHUP: losing the termina
 HARD_STOP_WAIT_S = 10.0
 STOPPING = "stopping: running cells are writing a checkpoint (Ctrl-C again to stop at once)"
 STOPPING_NOW = "stopping at once (second interrupt): no emergency checkpoint"
+# A worker that dies while cells remain (the OOM killer, an operator's kill, a crash) is replaced, each
+# worker's place at most REPLACEMENTS times, after a back-off that doubles from 1 s to at most 30 s: a
+# worker that dies again at once (a broken environment) must not spin. With none left, the launch ends
+# with EXIT_WORKERS_LOST, naming the workers that died and what is left.
+REPLACEMENTS = 3  # SWEEPQ_WORKER_REPLACEMENTS sets it (0: a dead worker is never replaced)
+REPLACE_BACKOFF_S = (1.0, 30.0)
+EXIT_WORKERS_LOST = 3
 
 
 def check_writable(root: Path) -> None:
@@ -131,6 +138,15 @@ class Launcher:
         self.terminal = terminal
         self.procs: list[subprocess.Popen[bytes]] = []
         self.gate: int | None = None  # the workers' gate, while they wait on it
+        self.slots: dict[int, int] = {}  # a worker's pid -> its place (0..n-1): a replacement takes the same
+        self.replacements = [0] * workers  # per place
+        self.most_replacements = _replacements()
+        self.pending: dict[int, float] = {}  # place -> when its replacement starts (monotonic)
+        self.handled: set[int] = set()  # pids of exited workers already looked at
+        self.deaths: list[str] = []  # the words for each worker that died
+        self.unreplaced: list[str] = []  # workers that died with no replacement left
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.store: Store | None = None  # set by wait(): a replacement is only started while cells remain
         self.stops = 0
         self.signals: list[int] = []  # the stops' signals, for the output (the handler writes nothing)
         self.hard_deadline: float | None = None  # after a second interrupt: when to kill what is left
@@ -164,43 +180,90 @@ class Launcher:
             gate.release(fd, len(self.procs), go)
 
     def _start_workers(self, reader: int) -> None:
-        paths = RootPaths(self.root)
-        paths.logs.mkdir(parents=True, exist_ok=True)
-        threads = max(1, (os.cpu_count() or 1) // self.n)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
+        RootPaths(self.root).logs.mkdir(parents=True, exist_ok=True)
         for i in range(self.n):
-            env = dict(os.environ)
-            env.setdefault("OMP_NUM_THREADS", str(threads))
-            if self.gpus:
-                env["CUDA_VISIBLE_DEVICES"] = self.gpus[i % len(self.gpus)]
-            # The worker keeps its own descriptor of the log; this one is not needed after the start.
-            with open(paths.worker_log(stamp, os.getpid(), i + 1), "ab") as log:
-                worker = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "sweepq.cli",
-                        "worker",
-                        "--root",
-                        str(self.root),
-                        "--name",
-                        f"{os.uname().nodename}:{os.getpid()}/w{i + 1}",
-                        "--parent-pid",
-                        str(os.getpid()),
-                        "--gate-fd",
-                        str(reader),
-                    ],
-                    pass_fds=(reader,),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    start_new_session=True,  # only this launcher signals them
-                )
-            self.procs.append(worker)
+            self._start_worker(i, reader)
+
+    def _start_worker(self, i: int, reader: int) -> subprocess.Popen[bytes]:
+        """Start the worker of place `i` (its GPUs, its name, its log), waiting at the gate `reader`."""
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.n)))
+        if self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpus[i % len(self.gpus)]
+        # The worker keeps its own descriptor of the log; this one is not needed after the start.
+        with open(RootPaths(self.root).worker_log(self.stamp, os.getpid(), i + 1), "ab") as log:
+            worker = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "sweepq.cli",
+                    "worker",
+                    "--root",
+                    str(self.root),
+                    "--name",
+                    f"{os.uname().nodename}:{os.getpid()}/w{i + 1}",
+                    "--parent-pid",
+                    str(os.getpid()),
+                    "--gate-fd",
+                    str(reader),
+                ],
+                pass_fds=(reader,),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # only this launcher signals them
+            )
+        self.procs.append(worker)
+        self.slots[worker.pid] = i
+        return worker
+
+    def _look_after_workers(self) -> None:
+        """Replace the workers that died while cells remain; start the replacements whose back-off ended."""
+        for p in self.procs:
+            if p.returncode is None or p.pid in self.handled:
+                continue
+            self.handled.add(p.pid)
+            code = p.returncode
+            if self.stops or code in (0, 130, EXIT_DISK_FULL):
+                continue  # done, stopped as asked, or a full disk (said apart, and not for a new worker to meet)
+            place = self.slots[p.pid]
+            how = f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+            died = f"worker {_worker_name(p)} (pid {p.pid}) died: {how}"
+            self.deaths.append(died)
+            if self.store is not None and self.store.unsettled() == 0:
+                continue
+            if self.replacements[place] >= self.most_replacements:
+                self.unreplaced.append(died)
+                self.console.print(f"{died}; not replaced: it was replaced {self.replacements[place]} times already")
+                continue
+            self.replacements[place] += 1
+            first, most = REPLACE_BACKOFF_S
+            wait = min(most, first * 2 ** (self.replacements[place] - 1))
+            self.pending[place] = time.monotonic() + wait
+            self.console.print(
+                f"{died}; a new worker replaces it in {wait:g}s "
+                f"(replacement {self.replacements[place]} of {self.most_replacements} for this worker)"
+            )
+        for place, when in list(self.pending.items()):
+            if self.stops:
+                self.pending.clear()
+                break
+            if time.monotonic() < when:
+                continue
+            del self.pending[place]
+            if self.store is not None and self.store.unsettled() == 0:
+                continue
+            reader, writer = os.pipe()
+            try:
+                self._start_worker(place, reader)
+            finally:
+                os.close(reader)
+                gate.release(writer, 1, True)  # the launch's checks are done: it claims at once
 
     def wait(self, store: Store) -> None:
         """Show progress until every worker exited: a live table, or lines (also once the terminal went away)."""
+        self.store = store
         if self.live and self._wait_live(store):
             return
         seen = self._first_lines(store)
@@ -235,6 +298,7 @@ class Launcher:
         return len(self.signals)
 
     def _alive(self) -> bool:
+        """Is a worker alive (or about to replace one that died)?"""
         alive = [p for p in self.procs if p.poll() is None]
         if self.stops >= 2 and alive:
             if self.hard_deadline is None:
@@ -242,7 +306,8 @@ class Launcher:
             if time.monotonic() > self.hard_deadline:
                 for p in alive:
                     p.kill()
-        return bool(alive)
+        self._look_after_workers()
+        return any(p.poll() is None for p in self.procs) or bool(self.pending)
 
     def _view(self, store: Store, metric: Any) -> Any:
         """The header (elapsed since this launch started) above the status table."""
@@ -385,7 +450,39 @@ def _run(store: Store, prepared: Prepared, launcher: Launcher, ready_fd: int | N
         console.print(launch_summary.ending(store.census()))
     if interrupted:
         console.print("interrupted: run the same command again to resume")
+    elif launcher.unreplaced and store.unsettled():
+        reap(store)  # what the dead workers' training processes did not close themselves
+        console.print(workers_lost(launcher.deaths, launcher.most_replacements, store))
+        return EXIT_WORKERS_LOST
     return exit_code(store, interrupted)
+
+
+def workers_lost(deaths: list[str], replacements: int, store: Store) -> str:
+    """The last words of a launch whose workers died faster than they could be replaced."""
+    counts = store.census().counts
+    left = ", ".join(
+        f"{counts[s]} {s.value}" for s in (CellState.INTERRUPTED, CellState.QUEUED, CellState.RUNNING) if counts.get(s)
+    )
+    return (
+        f"the launch ran out of workers: {len(deaths)} died, each replaced at most {replacements} times "
+        f"({'; '.join(deaths)}). No cell failed for it; {left or 'nothing'} left. See the workers' logs in "
+        f"{RootPaths(store.root).logs} and the system's log (an OOM kill is there), then run the same command "
+        "again: each cell resumes from its last committed checkpoint."
+    )
+
+
+def _replacements() -> int:
+    try:
+        return max(0, int(os.environ.get("SWEEPQ_WORKER_REPLACEMENTS", REPLACEMENTS)))
+    except ValueError:
+        return REPLACEMENTS
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _worker_name(proc: subprocess.Popen[bytes]) -> str:

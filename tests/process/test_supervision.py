@@ -12,8 +12,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
-from conftest import SWEEPQ, cli, env_with, kill_tree, wait_for, write
+from conftest import SWEEPQ, cli, cmdline, env_with, kill_tree, wait_for, write
 
 from sweepq.layout import RootPaths
 from sweepq.queue.store import Store
@@ -143,3 +144,80 @@ def test_stop_finds_a_launch_whose_launch_json_is_damaged(sweep_dir: Path, damag
     assert said.rstrip().endswith("interrupted: run the same command again to resume")
     assert reasons(root) == {"1.1": ["preempted"]}
     assert not info.exists()  # the launch took away what was left of its file
+
+
+# -- workers that die ----------------------------------------------------------------------------------
+
+
+def workers_of(launch_pid: int) -> list[psutil.Process]:
+    """The launch's live workers (its training processes are its workers' children, not its own)."""
+    return [c for c in psutil.Process(launch_pid).children() if " worker " in f" {cmdline(c)} "]
+
+
+def died(p: psutil.Process, name: str) -> str:
+    return f"worker {name} (pid {p.pid}) died: killed by SIGKILL"
+
+
+def name_of(p: psutil.Process) -> str:
+    args = p.cmdline()
+    return args[args.index("--name") + 1]
+
+
+def test_a_launch_replaces_workers_that_were_killed(sweep_dir: Path) -> None:
+    spec, root = sweep(sweep_dir, 3)
+    p, out = launch(sweep_dir, spec, 2)
+    try:
+        wait_for(lambda: held(root, "1.1", "1.2"), HANG_GUARD_S, "1.1 and 1.2 mid-training")
+        first = workers_of(p.pid)
+        assert len(first) == 2
+        names = {w.pid: name_of(w) for w in first}
+        for w in first:
+            w.kill()  # as the OOM killer or an operator would
+        for gate in sweep_dir.glob("gate-*"):
+            gate.unlink()
+        code = p.wait(timeout=HANG_GUARD_S)
+    finally:
+        kill_tree(p.pid)
+    said = out.read_text()
+    assert code == 0, said
+    for w in first:
+        # Each place's first replacement waits out the back-off's first step (1 s).
+        assert f"{died(w, names[w.pid])}; a new worker replaces it in 1s (replacement 1 of 3 for this worker)" in said
+    assert said.rstrip().endswith("3 cells: 3 done")
+    # A killed worker's training process is stopped (it dies with its parent): preempted, then resumed.
+    got = reasons(root)
+    assert got["1.1"] == got["1.2"] == ["preempted", "completed"] and got["1.3"] == ["completed"], got
+
+
+def test_a_launch_whose_workers_die_faster_than_they_are_replaced_ends_with_its_own_code(sweep_dir: Path) -> None:
+    spec, root = sweep(sweep_dir, 2)
+    p, out = launch(sweep_dir, spec, 1, SWEEPQ_WORKER_REPLACEMENTS="1")
+    killed = []
+    try:
+        for _ in range(2):  # the worker, then its one replacement
+            wait_for(
+                lambda: [w for w in workers_of(p.pid) if w.pid not in {k.pid for k in killed}],
+                HANG_GUARD_S,
+                "a live worker",
+            )
+            (w,) = workers_of(p.pid)
+            wait_for(lambda: held(root, "1.1") and states(root)["1.1"] == "running", HANG_GUARD_S, "1.1 running")
+            name = name_of(w)
+            w.kill()
+            killed.append(w)
+        code = p.wait(timeout=HANG_GUARD_S)
+    finally:
+        kill_tree(p.pid)
+    said = out.read_text()
+    assert code == 3, said
+    first, second = killed
+    assert f"{died(first, name)}; a new worker replaces it in 1s (replacement 1 of 1 for this worker)" in said
+    assert f"{died(second, name)}; not replaced: it was replaced 1 times already" in said
+    logs = RootPaths(root).logs
+    assert said.rstrip().endswith(
+        f"the launch ran out of workers: 2 died, each replaced at most 1 times ({died(first, name)}; "
+        f"{died(second, name)}). No cell failed for it; 1 interrupted, 1 queued left. See the workers' logs in "
+        f"{logs} and the system's log (an OOM kill is there), then run the same command again: each cell "
+        "resumes from its last committed checkpoint."
+    ), said
+    assert "failed" not in states(root).values()
