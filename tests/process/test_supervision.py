@@ -192,7 +192,7 @@ def test_a_launch_replaces_workers_that_were_killed(sweep_dir: Path) -> None:
 def test_a_launch_whose_workers_die_faster_than_they_are_replaced_ends_with_its_own_code(sweep_dir: Path) -> None:
     spec, root = sweep(sweep_dir, 2)
     p, out = launch(sweep_dir, spec, 1, SWEEPQ_WORKER_REPLACEMENTS="1")
-    killed = []
+    killed: list[psutil.Process] = []
     try:
         for _ in range(2):  # the worker, then its one replacement
             wait_for(
