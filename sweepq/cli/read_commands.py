@@ -184,24 +184,43 @@ def status_workers(store: Queue) -> tuple[int, bool]:
 
 
 def _watch(store: Queue, con: Console, every: float, table: Callable[[], RenderableType]) -> None:
-    """The table again every `every` seconds until no cell is left to run (or Ctrl-C): live in a terminal,
-    one table after another elsewhere (a file, a pipe)."""
+    """The table again every `every` seconds until no cell is left to run, or until the sweep it saw run
+    stops (a `sweepq stop`, a Ctrl-C in the launch's terminal, its workers killed), or Ctrl-C: live in a
+    terminal, one table after another elsewhere (a file, a pipe). A watch started before anything runs
+    waits for a launch (started next, in another terminal)."""
     from rich.live import Live
+
+    saw_running = False
+
+    def go_on() -> bool:
+        nonlocal saw_running
+        if not store.unsettled():
+            return False
+        runs = status_workers(store)[1]
+        saw_running = saw_running or runs
+        return runs or not saw_running
 
     try:
         if not con.is_terminal:
             con.print(table())
-            while store.unsettled():
+            while go_on():
                 time.sleep(every)
                 con.print()
                 con.print(table())
-            return
-        with Live(table(), console=con, auto_refresh=False) as live:
-            while store.unsettled():
-                time.sleep(every)
-                live.update(table(), refresh=True)
+        else:
+            with Live(table(), console=con, auto_refresh=False) as live:
+                while go_on():
+                    time.sleep(every)
+                    live.update(table(), refresh=True)
     except KeyboardInterrupt:
-        pass  # how a watch ends: not an error
+        return  # how a watch ends: not an error
+    left = store.unsettled()
+    if left:
+        con.print(
+            f"nothing runs on this sweep any more, {left} cell{'s' if left != 1 else ''} left: the launch "
+            "stopped (run the same launch command again to go on)",
+            soft_wrap=True,
+        )
 
 
 def _told(store: Queue, cells: list[CellRecord]) -> dict[str, Any]:

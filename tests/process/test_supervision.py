@@ -221,3 +221,27 @@ def test_a_launch_whose_workers_die_faster_than_they_are_replaced_ends_with_its_
         "resumes from its last committed checkpoint."
     ), said
     assert "failed" not in states(root).values()
+
+
+def test_status_watch_ends_once_the_launch_it_watched_stopped(sweep_dir: Path) -> None:
+    spec, root = sweep(sweep_dir, 2)
+    p, _ = launch(sweep_dir, spec, 1)
+    try:
+        wait_for(lambda: held(root, "1.1"), HANG_GUARD_S, "1.1 mid-training")
+        watch = subprocess.Popen(
+            [*SWEEPQ, "status", "--watch", "--every", "0.2", "--root", str(root)],
+            cwd=sweep_dir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        stop = cli("stop", "runs/sup", cwd=sweep_dir)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        out, err = watch.communicate(timeout=HANG_GUARD_S)  # before: it went on refreshing until killed
+    finally:
+        kill_tree(p.pid)
+    assert watch.returncode == 0 and err == ""
+    assert out.splitlines()[-1] == (
+        "nothing runs on this sweep any more, 2 cells left: the launch stopped (run the same launch command "
+        "again to go on)"
+    )
