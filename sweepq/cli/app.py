@@ -1,7 +1,8 @@
 """The `sweepq` click group and what every command shares: errors, output, opening the store.
 
 Exit codes: 0 success, 1 some cell failed (launch) or an internal error,
-2 bad input (nothing was written), 130 interrupted.
+2 bad input (nothing was written), 3 the launch ran out of workers (they died faster than they
+were replaced), 74 a worker stopped by a full disk, 130 interrupted.
 """
 
 from __future__ import annotations
