@@ -29,6 +29,7 @@ from typing import Any, Protocol, TextIO
 
 from sweepq.atomic import atomic_write_json
 from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE
+from sweepq.execution.logkeeper import size_text  # one wording of sizes (the keeper imports no sweepq)
 
 #: The errors that mean "this disk takes nothing more", and how each is said.
 DISK_ERRNOS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EROFS: "disk read-only"}
@@ -115,7 +116,7 @@ def describe(err: int, path: str | os.PathLike[str] | None = None) -> str:
         return f"{DISK_ERRNOS.get(err, 'disk full')} on {source} ({point}, unknown free)"
     if err == errno.ENOSPC and out_of_inodes(st):
         return f"no free inodes on {source} ({point}, {st.f_files - st.f_ffree} of {st.f_files} used)"
-    return f"{DISK_ERRNOS.get(err, 'disk full')} on {source} ({point}, {_size(st.f_bavail * st.f_frsize)} free)"
+    return f"{DISK_ERRNOS.get(err, 'disk full')} on {source} ({point}, {size_text(st.f_bavail * st.f_frsize)} free)"
 
 
 def out_of_inodes(st: os.statvfs_result) -> bool:
@@ -173,15 +174,6 @@ def _unescape(field: str) -> str:
     for code in ("\\040", "\\011", "\\012", "\\134"):
         field = field.replace(code, chr(int(code[1:], 8)))
     return field
-
-
-def _size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
 
 
 # -- keeping room to say so --------------------------------------------------------------------------------

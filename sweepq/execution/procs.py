@@ -129,15 +129,23 @@ def wait_then_end(pids: list[int], grace: float = STRAY_GRACE_S) -> list[Ended]:
             procs.append((psutil.Process(pid), _command_of(pid)))
         except psutil.Error:
             continue
-    _, alive = psutil.wait_procs([p for p, _ in procs], timeout=grace)
+    alive = _kill_after(grace, [p for p, _ in procs])
+    late = {p.pid for p in alive}
+    return [Ended(p.pid, command, "SIGKILL") for p, command in procs if p.pid in late]
+
+
+def _kill_after(grace: float, procs: list[Any]) -> list[Any]:
+    """Wait up to `grace` for `procs` (psutil processes) to exit, SIGKILL the rest; returns those killed."""
+    import psutil
+
+    _, alive = psutil.wait_procs(procs, timeout=grace)
     for p in alive:
         try:
             p.kill()
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=grace)
-    late = {p.pid for p in alive}
-    return [Ended(p.pid, command, "SIGKILL") for p, command in procs if p.pid in late]
+    return list(alive)
 
 
 def _in_session(session: int) -> list[int]:
@@ -174,13 +182,7 @@ def end_processes(pids: list[int], grace: float = STRAY_GRACE_S) -> list[Ended]:
             procs.append(p)
         except psutil.Error:
             continue
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=grace)
+    alive = _kill_after(grace, procs)
     killed = {p.pid for p in alive}
     return [Ended(p.pid, named[p.pid], "SIGKILL" if p.pid in killed else "SIGTERM") for p in procs]
 
