@@ -37,15 +37,15 @@ import torch.nn.functional as F
 from benchlib import interleave, load, log
 from torch import nn
 
-import sweepq.execution.cadence as run_mod
+import sweepq.run.cadence as run_mod
 from sweepq import layout
 from sweepq.atomic import fsync_dir
 from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import deletion, diskio, lanes, manifest, readio, retention, serialize, snapshot, storage
 from sweepq.checkpoint.image import Files
 from sweepq.checkpoint.storage import LocalFolder
-from sweepq.execution.attempt_spec import AttemptSpec
-from sweepq.execution.run import Run
+from sweepq.wire.attempt_spec import AttemptSpec
+from sweepq.run.run import Run
 from sweepq.layout import CellPaths
 from sweepq.queue.reconcile import ReconcilePlan
 from sweepq.queue.store import CheckpointState, Store

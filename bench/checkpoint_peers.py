@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from sweepq.atomic import fsync_dir
-from sweepq.execution.run import Run
+from sweepq.run.run import Run
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 ALIGN = 4096

@@ -51,9 +51,9 @@ import torch.nn.functional as F
 from benchlib import interleave, load, log  # bench/ is on sys.path: the scripts run from it
 from torch import nn
 
-from sweepq.execution.attempt_spec import AttemptSpec
-from sweepq.execution.history_writer import HistoryWriter
-from sweepq.execution.run import Run
+from sweepq.wire.attempt_spec import AttemptSpec
+from sweepq.run.history_writer import HistoryWriter
+from sweepq.run.run import Run
 from sweepq.spec.sweep import CheckpointPolicy, Settings
 
 REPO = Path(__file__).resolve().parents[1]

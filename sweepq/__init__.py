@@ -10,7 +10,7 @@ __all__ = ["DataError", "NonFiniteLoss", "Run", "__version__"]
 def __getattr__(name: str) -> Any:
     # Imported lazily: the CLI's read commands and `plan` must not pay for torch.
     if name in ("DataError", "NonFiniteLoss", "Run"):
-        from sweepq.execution import run
+        from sweepq.run import run
 
         return getattr(run, name)
     raise AttributeError(f"module 'sweepq' has no attribute {name!r}")

@@ -1,8 +1,8 @@
 """What a witness saw of an attempt's end: the input of the rules in outcome.py.
 
 Plain frozen values, so that the rules stay pure. Who gathers what: the
-exception by sweepq.execution.errors, the kernel's OOM counters by
-sweepq.execution.memory, exit statuses, receipts and the outcome file by the
+exception by sweepq.run.errors, the kernel's OOM counters by
+sweepq.worker.memory, exit statuses, receipts and the outcome file by the
 witness itself.
 """
 

@@ -113,7 +113,7 @@ def cmdline(p: psutil.Process) -> str:
 
 def trainer_of(launch_pid: int, cell: str | None = None) -> psutil.Process | None:
     """The training process (of `cell`, when given) under a launch or worker, if one runs now."""
-    needle = f"cells/{cell}/attempts/" if cell is not None else "sweepq.execution.attempt"
+    needle = f"cells/{cell}/attempts/" if cell is not None else "sweepq.attempt"
     for p in tree(launch_pid):
         try:
             if needle in " ".join(p.cmdline()):
@@ -178,8 +178,8 @@ def env_with(**extra: str) -> dict[str, str]:
 
 def make_run(root: Path, cell: str = "1.1", **policy: Any) -> Any:
     """A Run as a training process gets it, on `root`: every step due unless `policy` says otherwise."""
-    from sweepq.execution.attempt_spec import AttemptSpec
-    from sweepq.execution.run import Run
+    from sweepq.wire.attempt_spec import AttemptSpec
+    from sweepq.run.run import Run
     from sweepq.spec.sweep import CheckpointPolicy, Settings
 
     policy = {"every_steps": 1, "auto": False, "keep_last": 100, "keep_best": False, **policy}

@@ -20,7 +20,7 @@ last (a step is committed when its manifest exists).
 Links (ownfiles.py). A `step-<step>` that is a symbolic link (a warm start
 linked in from another sweep) is a linked step: a resume may load it, every
 byte verified against its manifest as any step's, but it is not the cell's
-own. Retention never counts or deletes it (execution/committed.py); when the
+own. Retention never counts or deletes it (run/committed.py); when the
 cell's own timeline needs its name (a rollback before it, a commit of the same
 step) the link itself is moved aside to `.linked-*` and kept (`detach`); a
 corrupt one is quarantined the same way, by renaming the link. Nothing a

@@ -30,8 +30,9 @@ from rich.live import Live
 from sweepq.cli import failures, header, launch_lock, launch_summary, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
-from sweepq.execution import gate, usage_text
-from sweepq.execution.diskfull import EXIT_DISK_FULL, workers_stopped
+from sweepq.worker import gate
+from sweepq.worker import usage_text
+from sweepq.worker.diskfull import EXIT_DISK_FULL, workers_stopped
 from sweepq.layout import RootPaths
 from sweepq.queue import reconcile
 from sweepq.queue.database import Database
@@ -166,7 +167,7 @@ class Launcher:
                     pass
 
     def start_workers(self) -> None:
-        """Start the workers, each waiting at the gate (execution/gate.py) until `open_gate`."""
+        """Start the workers, each waiting at the gate (worker/gate.py) until `open_gate`."""
         reader, self.gate = os.pipe()
         try:
             self._start_workers(reader)
@@ -503,6 +504,6 @@ def _tell_ready(fd: int) -> None:
 
 def _grace_seconds() -> float:
     """How long this launch's workers give a training process to checkpoint and stop (for `sweepq stop`)."""
-    from sweepq.execution.worker import GRACE_S
+    from sweepq.worker.loop import GRACE_S
 
     return GRACE_S

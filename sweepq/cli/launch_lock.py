@@ -191,7 +191,7 @@ def _grace_of(pid: int) -> float:
                 return float(value)
             except ValueError:
                 break
-    from sweepq.execution.worker import GRACE_S  # the default (or this process's own setting)
+    from sweepq.worker.loop import GRACE_S  # the default (or this process's own setting)
 
     return GRACE_S
 

@@ -22,8 +22,8 @@ from sweepq.cli.app import friendly, main, root_option, sqlite_reading
 from sweepq.cli.read_commands import cell_and_place, one_cell, place_argument
 from sweepq.cli.visible import VisibleWriter, visible
 from sweepq.errors import UsageError
-from sweepq.execution.logkeeper import ENV_KEEP
-from sweepq.execution.tails import tail_file
+from sweepq.attempt.logkeeper import ENV_KEEP
+from sweepq.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord
 from sweepq.queue.states import CellState
@@ -116,7 +116,7 @@ class _Log:
             size = self.path.stat().st_size
         except FileNotFoundError:
             return False
-        return size != self.offset  # shorter: its keeper dropped its middle (execution/logkeeper.py)
+        return size != self.offset  # shorter: its keeper dropped its middle (attempt/logkeeper.py)
 
     def copy_new(self, out: BinaryIO) -> bytes:
         """Write what was added since the last call; returns its last byte (b"" when nothing).

@@ -22,8 +22,8 @@ from sweepq.cli import params, report
 from sweepq.cli.columns import METRIC, PARAMS, SAME, kept, ranks
 from sweepq.cli.fit import Column, FittedTable, short_header
 from sweepq.cli.plain import SafeConsole
-from sweepq.execution import usage_text
-from sweepq.execution.usage_text import low_gpu_flag
+from sweepq.worker import usage_text
+from sweepq.worker.usage_text import low_gpu_flag
 from sweepq.queue.records import AttemptRecord, CellRecord
 from sweepq.queue.states import CLAIMABLE, CellState
 from sweepq.spec.types import Metric

@@ -25,7 +25,7 @@ from sweepq.cli.render import (
     fmt_time,
     ran_older_note,
 )
-from sweepq.execution import usage_text
+from sweepq.worker import usage_text
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.spec.types import Metric
 

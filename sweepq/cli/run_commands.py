@@ -83,7 +83,7 @@ def _print_table(sweep: Sweep, root: Path, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         cells = [r["cell"], r["group"], json.dumps(r["cfg"], sort_keys=True)]
         if "command" in r:
-            from sweepq.execution.program import shell_join
+            from sweepq.program.supervisor import shell_join
 
             cells.append(shell_join(r["command"]))
         table.add_row(*(Text(cell) for cell in cells))  # Text: a value like "[/x]" is not markup
@@ -158,8 +158,8 @@ def launch_cmd(
 def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | None) -> None:
     """Run one worker on an existing sweep root (for other machines and schedulers)."""
     from sweepq.cli.roots import resolve_root
-    from sweepq.execution.procs import die_with_parent
-    from sweepq.execution.worker import Worker
+    from sweepq.procs import die_with_parent
+    from sweepq.worker.loop import Worker
     from sweepq.queue.database import Database
 
     if parent_pid is not None:

@@ -31,7 +31,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from sweepq import ownfiles
 from sweepq.checkpoint.files import NotFiles
-from sweepq.execution.run import Run
+from sweepq.run.run import Run
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # the Trainer's PREFIX_CHECKPOINT_DIR folders
 

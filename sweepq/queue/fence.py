@@ -75,6 +75,6 @@ def _current(cell: str) -> Executable:
 
 def warm() -> None:
     """Load SQLite's dialect and compile the fence's question once: a process forked after this
-    (execution/template.py) asks its first one in milliseconds, not a tenth of a second."""
+    (worker/template.py) asks its first one in milliseconds, not a tenth of a second."""
     create_engine("sqlite://").dispose()  # the dialect's modules, imported by the engine's entry point
     cast(ClauseElement, _current("")).compile(dialect=sqlite.dialect())

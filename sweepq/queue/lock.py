@@ -172,6 +172,6 @@ def command_of(pid: int) -> str:
             raw = f.read(COMMAND_CHARS * 4)
     except OSError:
         return ""
-    # Trailing blanks are a title's padding (a forked attempt's, execution/proctitle.py).
+    # Trailing blanks are a title's padding (a forked attempt's, worker/proctitle.py).
     words = raw.replace(b"\0", b" ").decode(errors="replace").rstrip()
     return words if len(words) <= COMMAND_CHARS else words[: COMMAND_CHARS - 3] + "..."

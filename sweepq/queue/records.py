@@ -112,7 +112,7 @@ class AttemptRecord:
     code_fingerprint: dict[str, Any]
     data_fingerprint: dict[str, Any]
     note: str | None
-    usage: dict[str, Any] = field(default_factory=dict)  # execution/usage.py's summary; {}: nothing sampled
+    usage: dict[str, Any] = field(default_factory=dict)  # worker/usage.py's summary; {}: nothing sampled
     # Its last sign of life, and when the queue closed it: `ended_at` is the former for an attempt found
     # dead by a later process (closed_at - ended_at is downtime); None on attempts of older roots.
     seen_at: datetime | None = None
@@ -199,8 +199,8 @@ class Outcome:
     data_fingerprint: dict[str, Any] | None = None
     start_step: int | None = None
     start_checkpoint_sha: str | None = None
-    usage: dict[str, Any] | None = None  # what the worker sampled (execution/usage.py)
-    started_by: str | None = None  # "interpreter" or "template" (a fork of the worker's, execution/template.py)
+    usage: dict[str, Any] | None = None  # what the worker sampled (worker/usage.py)
+    started_by: str | None = None  # "interpreter" or "template" (a fork of the worker's, worker/template.py)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

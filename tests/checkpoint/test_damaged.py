@@ -23,9 +23,9 @@ from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import manifest, marker, retention, serialize, storage
 from sweepq.checkpoint.manifest import STATE, TENSORS, CheckpointCorrupt, CheckpointTooNew
 from sweepq.checkpoint.storage import CheckpointStorage
-from sweepq.execution import channel as chan
-from sweepq.execution.committed import CommittedSet
-from sweepq.execution.messages import Corrupt, Superseded
+from sweepq.wire import channel as chan
+from sweepq.run.committed import CommittedSet
+from sweepq.wire.messages import Corrupt, Superseded
 from sweepq.layout import MANIFEST_NAME, CellPaths
 from sweepq.queue import reaper
 from sweepq.queue.records import Outcome

@@ -79,7 +79,7 @@ def test_random_sigkills_then_relaunch_until_done(tmp_path: Path) -> None:
         if launch.poll() is not None:
             continue  # it ended meanwhile (checked at the top)
         procs = tree(launch.pid)
-        runners = [p for p in procs if _is(p, "sweepq.execution.attempt")]
+        runners = [p for p in procs if _is(p, "sweepq.attempt")]
         workers = [p for p in procs if _is(p, " worker ")]
         victim_kind = _owed(kills, runners) or rng.choice(
             ["training", "training", "worker", "launch", "everything", "sigstop", "locks"]
@@ -179,7 +179,7 @@ def _signal(procs: list[psutil.Process], sig: int) -> None:
 
 
 def _training_or_ended(launch: subprocess.Popen[str]) -> bool:
-    return launch.poll() is not None or any(_is(p, "sweepq.execution.attempt") for p in tree(launch.pid))
+    return launch.poll() is not None or any(_is(p, "sweepq.attempt") for p in tree(launch.pid))
 
 
 def _is(p: psutil.Process, needle: str) -> bool:

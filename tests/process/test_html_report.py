@@ -30,7 +30,7 @@ from PIL import Image
 from unit.support import WORKER, FakeClock, launch_store, sweep_from
 
 from sweepq.cli.main import main
-from sweepq.execution.history_writer import HistoryWriter
+from sweepq.run.history_writer import HistoryWriter
 from sweepq.history import attempt_log
 from sweepq.history import format as history_format
 from sweepq.html.charts import LINE_POINTS, TOP

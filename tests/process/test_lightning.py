@@ -114,10 +114,10 @@ def test_a_lightning_script_resumes_from_verified_checkpoints_and_never_complete
 
 
 def program(launch_pid: int) -> psutil.Process:
-    """The user's program under the launch (the child of the `sweepq.execution.attempt` process)."""
+    """The user's program under the launch (the child of the `sweepq.attempt` process)."""
     for p in tree(launch_pid):
         try:
-            if SCRIPT.name in " ".join(p.cmdline()) and "sweepq.execution.attempt" not in " ".join(p.cmdline()):
+            if SCRIPT.name in " ".join(p.cmdline()) and "sweepq.attempt" not in " ".join(p.cmdline()):
                 return p
         except psutil.NoSuchProcess:
             continue

@@ -26,7 +26,7 @@ groups:
 def attempt_process(launch_pid: int) -> tuple[psutil.Process, psutil.Process]:
     """(worker, training process) under a launch."""
     procs = tree(launch_pid)
-    runner = next(p for p in procs if "sweepq.execution.attempt" in cmdline(p))
+    runner = next(p for p in procs if "sweepq.attempt" in cmdline(p))
     worker = runner.parent()
     assert worker is not None
     return worker, runner
@@ -37,7 +37,7 @@ def test_killed_worker_leaves_training_process_to_finish_and_no_second_writer(sw
     root = sweep_dir / "runs" / "live"
     a = start("launch", str(spec), "--workers", "1", cwd=sweep_dir)
     wait_for(
-        lambda: len(tree(a.pid)) >= 3 and any("sweepq.execution.attempt" in cmdline(p) for p in tree(a.pid)),
+        lambda: len(tree(a.pid)) >= 3 and any("sweepq.attempt" in cmdline(p) for p in tree(a.pid)),
         what="training process started",
     )
     wait_for(
@@ -94,7 +94,7 @@ def test_sigterm_to_every_process_preempts_with_receipts_and_zero_lost_steps(swe
     root = sweep_dir / "runs" / "live"
     a = start("launch", str(spec), "--workers", "2", cwd=sweep_dir)
     wait_for(
-        lambda: sum("sweepq.execution.attempt" in cmdline(p) for p in tree(a.pid)) == 2,
+        lambda: sum("sweepq.attempt" in cmdline(p) for p in tree(a.pid)) == 2,
         what="two cells running",
     )
     time.sleep(1.0)

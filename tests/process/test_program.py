@@ -43,7 +43,7 @@ def prog_dir(tmp_path: Path) -> Path:
 
 
 def program_pid(launch_pid: int, script: str) -> psutil.Process | None:
-    """The user's program (a child of a `sweepq.execution.attempt` process) running `script`."""
+    """The user's program (a child of a `sweepq.attempt` process) running `script`."""
     for p in tree(launch_pid):
         try:
             cmd = p.cmdline()
@@ -53,7 +53,7 @@ def program_pid(launch_pid: int, script: str) -> psutil.Process | None:
         if (
             parent is not None
             and any(c.endswith(script) for c in cmd)
-            and "sweepq.execution.attempt" in cmdline(parent)
+            and "sweepq.attempt" in cmdline(parent)
         ):
             return p
     return None
@@ -315,7 +315,7 @@ def test_bundled_wandb_grid_plans_and_launches(tmp_path: Path) -> None:
 def test_exit_status_and_outcome_file_classification(
     code: int, report: dict[str, Any] | None, stopped: bool, reason: str, note: str | None
 ) -> None:
-    from sweepq.execution.program import classify_exit
+    from sweepq.program.supervisor import classify_exit
 
     o = classify_exit(code, report, stopped=stopped)
     assert o.reason == reason
@@ -329,7 +329,7 @@ def test_exit_status_and_outcome_file_classification(
 
 
 def test_sigkill_sent_by_sweepq_after_the_grace_period_is_a_preemption() -> None:
-    from sweepq.execution.program import classify_exit
+    from sweepq.program.supervisor import classify_exit
 
     o = classify_exit(-9, {"reason": "completed"}, stopped=True, killed_by_us=True)
     assert o.reason == "preempted" and "did not stop within" in (o.note or "")
@@ -338,7 +338,7 @@ def test_sigkill_sent_by_sweepq_after_the_grace_period_is_a_preemption() -> None
 def test_commands_are_printed_for_people_and_split_back_by_a_shell() -> None:
     import shlex
 
-    from sweepq.execution.program import shell_join
+    from sweepq.program.supervisor import shell_join
 
     argv = [
         "/usr/bin/env",

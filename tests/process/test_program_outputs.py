@@ -24,8 +24,8 @@ import pytest
 from conftest import HERE, cli, start, tree, wait_for, write
 
 from sweepq.errors import SpecError
-from sweepq.execution.attempt_spec import AttemptSpec
-from sweepq.execution.program_launch import from_sweep_dir, prepare
+from sweepq.wire.attempt_spec import AttemptSpec
+from sweepq.program.launch import from_sweep_dir, prepare
 from sweepq.layout import CellPaths
 from sweepq.spec.command import ENV_BINARY, render_command
 from sweepq.spec.preflight import preflight
@@ -330,13 +330,13 @@ def test_a_sigterm_to_the_program_alone_never_makes_a_false_done(tmp_path: Path)
 
 
 def programs(launch_pid: int) -> list[tuple[psutil.Process, list[str]]]:
-    """The users' programs under a launch (children of `sweepq.execution.attempt` processes), with their
+    """The users' programs under a launch (children of `sweepq.attempt` processes), with their
     command lines."""
     found = []
     for p in tree(launch_pid):
         try:
             parent = p.parent()
-            if parent is not None and "sweepq.execution.attempt" in " ".join(parent.cmdline()):
+            if parent is not None and "sweepq.attempt" in " ".join(parent.cmdline()):
                 found.append((p, p.cmdline()))
         except psutil.Error:
             continue

@@ -19,8 +19,8 @@ import psutil
 import pytest
 from conftest import cli, cli_json, start, wait_for, write
 
-from sweepq.execution.procs import STRAY_GRACE_S
-from sweepq.execution.worker import POLL_S
+from sweepq.procs import STRAY_GRACE_S
+from sweepq.worker.loop import POLL_S
 
 pytestmark = pytest.mark.process
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from conftest import cli, cli_json, db_rows, write
 
-from sweepq.execution.usage import SAMPLE_S
-from sweepq.execution.usage_text import usage_cell
+from sweepq.worker.usage import SAMPLE_S
+from sweepq.worker.usage_text import usage_cell
 
 HOLD_MIB = 32
 BURN_CPU_S = 1.5 * SAMPLE_S

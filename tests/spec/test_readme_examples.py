@@ -81,7 +81,7 @@ def test_every_python_example_parses_and_its_sweepq_names_exist(where: str, code
             for alias in node.names:
                 assert hasattr(module, alias.name), f"{where}: {node.module} has no {alias.name}"
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "run":
-            from sweepq.execution.run import Run
+            from sweepq.run.run import Run
 
             assert hasattr(Run, node.attr), f"{where}: sweepq.Run has no {node.attr}"
 

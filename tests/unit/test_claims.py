@@ -18,7 +18,7 @@ from sqlalchemy import event, inspect
 from sqlalchemy.exc import OperationalError
 
 from sweepq.errors import UsageError
-from sweepq.execution import diskfull
+from sweepq.worker import diskfull
 from sweepq.layout import CellPaths, RootPaths
 from sweepq.queue import db, liveness, lock
 from sweepq.queue.claiming import _claim_statement

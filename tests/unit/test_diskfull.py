@@ -16,9 +16,9 @@ from sqlalchemy.exc import OperationalError
 
 from sweepq.checkpoint.commit import AsyncWriter
 from sweepq.evidence import Kind
-from sweepq.execution import diskfull
-from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE
-from sweepq.execution.errors import raised
+from sweepq.worker import diskfull
+from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE
+from sweepq.run.errors import raised
 from sweepq.layout import CellPaths
 from sweepq.queue.reaper import reap
 from sweepq.queue.states import CellState

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 import sweepq.history
 from sweepq.cli.main import main
-from sweepq.execution.history_writer import HistoryWriter
+from sweepq.run.history_writer import HistoryWriter
 from sweepq.history import CellHistory, stitched
 from sweepq.history.mlflow_runs import MAX_PARAM, ms, refusal
 from sweepq.layout import CellPaths, RootPaths

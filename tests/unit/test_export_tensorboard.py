@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import sweepq.history
 from sweepq.cli.main import main
-from sweepq.execution.history_writer import HistoryWriter
+from sweepq.run.history_writer import HistoryWriter
 from sweepq.history import CellHistory, stitched
 from sweepq.layout import CellPaths
 from sweepq.queue.records import Outcome

@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from sweepq.cli.main import main
-from sweepq.execution import history_writer
-from sweepq.execution.history_writer import HistoryWriter
+from sweepq.run import history_writer
+from sweepq.run.history_writer import HistoryWriter
 from sweepq.history import (
     AttemptInfo,
     CellHistory,
@@ -160,8 +160,8 @@ def test_appends_after_close_continue_the_same_file(tmp_path: Path) -> None:
 
 
 def run_with_fence(root: Path, fence: Any) -> Any:
-    from sweepq.execution.attempt_spec import AttemptSpec
-    from sweepq.execution.run import Run
+    from sweepq.wire.attempt_spec import AttemptSpec
+    from sweepq.run.run import Run
     from sweepq.spec.sweep import CheckpointPolicy, Settings
 
     policy = CheckpointPolicy(every_steps=5, auto=False, keep_last=100, keep_best=False)
@@ -199,7 +199,7 @@ def test_the_history_up_to_a_checkpoint_is_on_disk_before_it_commits(
 def test_a_non_finite_loss_is_kept_before_it_ends_the_attempt(tmp_path: Path) -> None:
     from conftest import make_run
 
-    from sweepq.execution.errors import NonFiniteLoss
+    from sweepq.run.errors import NonFiniteLoss
 
     run = make_run(tmp_path)
     run.log(1, loss=0.5)

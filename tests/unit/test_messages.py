@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sweepq.execution import channel
-from sweepq.execution.messages import (
+from sweepq.wire import channel
+from sweepq.wire.messages import (
     KINDS,
     BadMessage,
     Checkpointed,
@@ -25,7 +25,7 @@ from sweepq.execution.messages import (
     decode,
     encode,
 )
-from sweepq.execution.progress import Progress
+from sweepq.worker.progress import Progress
 
 SAMPLES: list[Message] = [
     Started(pid=12, gpus=[{"index": 0, "name": "H100"}], environment={"python": "3.11"}, code_fingerprint={},
@@ -143,7 +143,7 @@ def test_the_worker_reads_every_kind() -> None:
 def test_untrusted_bytes_are_rejected_by_name_without_recursion() -> None:
     """What a child writes to its channel is measured before any parser sees it (100,000 `[` made
     json's parser raise RecursionError in the worker); brackets inside strings do not count."""
-    from sweepq.execution.messages import MAX_DEPTH, BadMessage, decode, nesting
+    from sweepq.wire.messages import MAX_DEPTH, BadMessage, decode, nesting
 
     assert nesting(b"[" * 100_000) == MAX_DEPTH + 1
     assert nesting(b'{"a": "[[[[\\"[[[", "b": [[1]]}') == 3

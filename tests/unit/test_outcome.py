@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sweepq.evidence import Evidence, Intent, Kind, Raised, Report, Witness
-from sweepq.execution.errors import DataError, NonFiniteLoss, raised
+from sweepq.run.errors import DataError, NonFiniteLoss, raised
 from sweepq.outcome import AMENDMENTS, RULES, decide, rule_for
 
 T, PR, P, W, X = Witness.TRAINING, Witness.PROGRAM_RUN, Witness.PROGRAM, Witness.WORKER, Witness.REAPER

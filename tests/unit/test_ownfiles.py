@@ -21,8 +21,8 @@ from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import serialize, storage
 from sweepq.checkpoint.deletion import remove_gently, wait_deleted
 from sweepq.checkpoint.storage import CheckpointStorage
-from sweepq.execution.channel import Channel
-from sweepq.execution.committed import CommittedSet
+from sweepq.wire.channel import Channel
+from sweepq.run.committed import CommittedSet
 from sweepq.layout import CellPaths
 
 STEP = 1 << 16  # the shrinking step of these tests: files of a few of them are shrunk in several cuts

@@ -120,7 +120,7 @@ def test_all_shows_every_row_and_a_small_sweep_lists_every_cell(big: Store) -> N
 
 def old_status_json(store: Store) -> str:
     """`status --json` as it was made before streaming: records, then json.dumps of the whole list."""
-    from sweepq.execution import usage_text
+    from sweepq.worker import usage_text
 
     fc, stalls = store.forecast(read_commands.status_workers(store)[0]), store.stalls()
     usages = usage_text.latest_by_cell(store.attempts())

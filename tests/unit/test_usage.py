@@ -19,10 +19,11 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect
 
-from sweepq.execution import usage, usage_text
-from sweepq.execution.progress import Progress
-from sweepq.execution.usage import Gpus, Sample, Sampler, summarize, visible_devices
-from sweepq.execution.worker import _sampled
+from sweepq.worker import usage
+from sweepq.worker import usage_text
+from sweepq.worker.progress import Progress
+from sweepq.worker.usage import Gpus, Sample, Sampler, summarize, visible_devices
+from sweepq.worker.loop import _sampled
 from sweepq.layout import CellPaths
 from sweepq.queue import db
 from sweepq.queue.records import Outcome

@@ -1,15 +1,15 @@
 """A worker's template process: torch and the training code imported once, a fresh fork per attempt.
 
-`python -m sweepq.execution.template <socket fd> <worker pid> <train> <spec dir> <room>`, started by a
-worker (execution/starter.py). It imports what an attempt of a `train:` cell needs (sweepq's
+`python -m sweepq.worker.template <socket fd> <worker pid> <train> <spec dir> <room>`, started by a
+worker (worker/starter.py). It imports what an attempt of a `train:` cell needs (sweepq's
 attempt, torch, the user's module; for a program cell's supervisor, sweepq's attempt alone, `train`
 being empty), says it is ready, then waits. For each attempt the worker
 sends a `Spawn` with the attempt's descriptors; the template forks twice and the middle process
 exits at once, so the attempt is re-parented to the worker (a child subreaper): the worker waits
 for it, signals it and reads its rusage exactly as for a process it started itself. The attempt
-then runs `attempt.main` as `python -m sweepq.execution.attempt` would, in its own session, with
+then runs `attempt.main` as `python -m sweepq.attempt` would, in its own session, with
 the attempt's stdout, stderr, environment and working folder, and shows that command line (`ps`
-finds training processes as before: execution/proctitle.py; `room` is the space it needs).
+finds training processes as before: worker/proctitle.py; `room` is the space it needs).
 
 Each attempt is a fork of the template as it was after its imports, never of a previous attempt:
 fresh memory, its own crash domain. What must not cross a fork is checked before the template
@@ -36,9 +36,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sweepq.execution import proctitle, signals
-from sweepq.execution import template_wire as wire
-from sweepq.execution.procs import die_with_parent
+from sweepq.worker import proctitle
+from sweepq.run import signals
+from sweepq.wire import template as wire
+from sweepq.procs import die_with_parent
 
 FileStamp = tuple[str, int, int]  # path, mtime_ns, size
 
@@ -76,14 +77,16 @@ def main(argv: list[str]) -> int:
 
 def _prepare(train: str, spec_dir: str) -> tuple[str | None, list[FileStamp]]:
     """Import what attempts need; None when forks of this process are safe, else why not."""
-    from sweepq.execution import attempt, fingerprint, program  # noqa: F401
+    from sweepq.attempt import main as attempt  # noqa: F401
+    from sweepq.attempt import fingerprint  # noqa: F401
+    from sweepq.program import supervisor as program  # noqa: F401
     from sweepq.queue import fence
 
     fingerprint.environment()  # platform's answers are cached: each attempt asks again
     fence.warm()
     if not train:
         return None, []  # a program cell's supervisor: never torch, nothing of the user's to import
-    from sweepq.execution import training  # torch comes with it
+    from sweepq.attempt import training  # torch comes with it
 
     baseline = _native_threads()
     before = set(sys.modules)
@@ -187,10 +190,10 @@ def _become_attempt(msg: wire.Spawn, fds: list[int], sock: socket.socket, middle
         _reseed()
         while os.getppid() == middle:  # until the worker adopted it (its pdeath signal is set after)
             time.sleep(0.0002)
-        from sweepq.execution import attempt
+        from sweepq.attempt import main as attempt
 
         sys.argv = [str(attempt.__file__), msg.attempt_file]
-        proctitle.set_cmdline([sys.executable, "-m", "sweepq.execution.attempt", msg.attempt_file])  # as in ps
+        proctitle.set_cmdline([sys.executable, "-m", "sweepq.attempt", msg.attempt_file])  # as in ps
         code = attempt.main([msg.attempt_file], started_by="template")
     except BaseException:
         traceback.print_exc()

@@ -39,13 +39,14 @@ from sweepq.checkpoint import storage
 from sweepq.checkpoint.manifest import CheckpointTooNew
 from sweepq.errors import SpecError
 from sweepq.evidence import Evidence, Report, Witness, as_int, as_text
-from sweepq.execution import logkeeper, signals
-from sweepq.execution.attempt_spec import AttemptSpec
-from sweepq.execution.channel import Channel
-from sweepq.execution.memory import OomCounters, judge_sigkill
-from sweepq.execution.procs import pidfd
-from sweepq.execution.program_launch import ENV, prepare, program_env, shell_join
-from sweepq.execution.tails import tail_file
+from sweepq.attempt import logkeeper
+from sweepq.run import signals
+from sweepq.wire.attempt_spec import AttemptSpec
+from sweepq.wire.channel import Channel
+from sweepq.worker.memory import OomCounters, judge_sigkill
+from sweepq.procs import pidfd
+from sweepq.program.launch import ENV, prepare, program_env, shell_join
+from sweepq.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.outcome import EXIT_PREEMPTED, FAILURES, decide
 from sweepq.queue.records import Outcome

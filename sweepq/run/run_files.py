@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from sweepq.checkpoint import files
 from sweepq.checkpoint.manifest import CheckpointCorrupt
-from sweepq.execution.messages import Fresh
+from sweepq.wire.messages import Fresh
 
 if TYPE_CHECKING:
-    from sweepq.execution.run import Run
+    from sweepq.run.run import Run
 
 
 def resume(run: Run) -> Path | None:

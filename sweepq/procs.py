@@ -103,12 +103,12 @@ def leftovers(spare: tuple[int, ...], session: int, locked: int | None) -> list[
     return sorted(found - kept)
 
 
-LOG_KEEPER = str(Path(__file__).with_name("logkeeper.py"))
+LOG_KEEPER = str(Path(__file__).with_name("attempt") / "logkeeper.py")
 
 
 def log_keepers(pids: list[int]) -> tuple[list[int], list[int]]:
     """(the others, the attempt's own log keepers): a keeper finishes by itself once its attempt is gone
-    (execution/logkeeper.py), after copying what the pipes still hold; it is waited for, not ended."""
+    (attempt/logkeeper.py), after copying what the pipes still hold; it is waited for, not ended."""
     keepers = [pid for pid in pids if LOG_KEEPER in _command_of(pid)]
     return [pid for pid in pids if pid not in keepers], keepers
 

@@ -31,14 +31,18 @@ from sweepq.checkpoint import serialize, snapshot, storage
 from sweepq.checkpoint.commit import Committed
 from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.checkpoint.image import Files
-from sweepq.execution import fingerprint, history_writer, reporter, run_files, signals
-from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
-from sweepq.execution.cadence import Cadence
-from sweepq.execution.channel import Channel
-from sweepq.execution.committed import CommittedSet
-from sweepq.execution.errors import DataError, NonFiniteLoss
-from sweepq.execution.messages import Checkpointed, Corrupt, Fresh, Logged, Resumed, Total, Warned
-from sweepq.execution.metrics import check_finite, improved, plain
+from sweepq.attempt import fingerprint
+from sweepq.run import history_writer
+from sweepq.run import reporter
+from sweepq.run import run_files
+from sweepq.run import signals
+from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
+from sweepq.run.cadence import Cadence
+from sweepq.wire.channel import Channel
+from sweepq.run.committed import CommittedSet
+from sweepq.run.errors import DataError, NonFiniteLoss
+from sweepq.wire.messages import Checkpointed, Corrupt, Fresh, Logged, Resumed, Total, Warned
+from sweepq.run.metrics import check_finite, improved, plain
 from sweepq.layout import CellPaths
 from sweepq.spec.sweep import CheckpointPolicy, Metric, Settings
 

@@ -6,8 +6,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweepq.execution.channel import Rejected
-from sweepq.execution.messages import (
+from sweepq.wire.channel import Rejected
+from sweepq.wire.messages import (
     Checkpointed,
     Corrupt,
     Ended,
@@ -40,7 +40,7 @@ class Progress:
     notes: list[str] = field(default_factory=list)
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     fenced: bool = False  # a flush found the attempt no longer current
-    usage: dict[str, Any] | None = None  # the worker's latest look at the process (execution/usage.py)
+    usage: dict[str, Any] | None = None  # the worker's latest look at the process (worker/usage.py)
     rejected: int = 0  # messages the channel refused (events for the first RECORDED_REJECTIONS)
     first_rejection: str | None = None
 

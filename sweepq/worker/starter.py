@@ -1,11 +1,11 @@
 """How a worker starts an attempt's process: a fork of its template, else a fresh interpreter.
 
-Attempts start from the worker's template process (execution/template.py), which has imported
+Attempts start from the worker's template process (worker/template.py), which has imported
 sweepq's attempt and, for train cells, torch and the user's module once; the attempt is a fork of
 it, re-parented to this worker, which is a child subreaper for that purpose. Where the template
 declined (a thread or CUDA at import, an import that failed), or with `start: fresh` in the sweep
 file (or SWEEPQ_START=fresh in the environment), each attempt starts a fresh interpreter,
-`python -m sweepq.execution.attempt`.
+`python -m sweepq.attempt`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweepq.execution import diskfull, proctitle
-from sweepq.execution import template_wire as wire
+from sweepq.worker import diskfull
+from sweepq.worker import proctitle
+from sweepq.wire import template as wire
 
 ENV_START = "SWEEPQ_START"  # "fresh": every attempt in a new interpreter, whatever the sweep file says
 PR_SET_CHILD_SUBREAPER = 36
@@ -99,7 +100,7 @@ def reap_orphans(template: Template | None) -> None:
 def fresh(launch: Launch) -> subprocess.Popen[bytes]:
     with open(launch.stdout, "ab") as out, open(launch.stderr, "ab") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "sweepq.execution.attempt", str(launch.attempt_file)],
+            [sys.executable, "-m", "sweepq.attempt", str(launch.attempt_file)],
             pass_fds=launch.fds,
             stdout=out,
             stderr=err,
@@ -116,10 +117,10 @@ class Template:
     def __init__(self, train: str, spec_dir: str, root: Path) -> None:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         widest = str(root / "cells" / ("9" * 24) / "attempts" / ("9" * 9) / "attempt.json")
-        room = proctitle.room([sys.executable, "-m", "sweepq.execution.attempt", widest])
+        room = proctitle.room([sys.executable, "-m", "sweepq.attempt", widest])
         args = [str(theirs.fileno()), str(os.getpid()), train, spec_dir, room]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sweepq.execution.template", *args],
+            [sys.executable, "-m", "sweepq.worker.template", *args],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=sys.stderr.fileno(),  # what the user's module prints on import: in the worker's log, once

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 from sweepq.atomic import atomic_write_json
 from sweepq.evidence import Evidence, Witness
-from sweepq.execution import signals
-from sweepq.execution.errors import raised
-from sweepq.execution.program_launch import ENV
+from sweepq.run import signals
+from sweepq.run.errors import raised
+from sweepq.program.launch import ENV
 from sweepq.outcome import decide
 from sweepq.queue.records import Outcome
 

@@ -11,8 +11,8 @@ import sys
 import traceback
 
 from sweepq.evidence import Kind, Raised
-from sweepq.execution.diskfull import describe, disk_error
-from sweepq.execution.tails import tail
+from sweepq.worker.diskfull import describe, disk_error
+from sweepq.tails import tail
 
 
 class DataError(Exception):

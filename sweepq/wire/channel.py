@@ -14,7 +14,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from sweepq.execution.messages import BadMessage, Message, decode, encode, excerpt
+from sweepq.wire.messages import BadMessage, Message, decode, encode, excerpt
 
 ENV_FD = "SWEEPQ_CHANNEL_FD"
 MAX_MESSAGE = 1 << 20

@@ -21,14 +21,18 @@ from sqlalchemy.exc import OperationalError
 
 from sweepq.atomic import atomic_write_json, read_json
 from sweepq.evidence import Evidence, Intent, Witness
-from sweepq.execution import channel as chan
-from sweepq.execution import diskfull, gate, procs, usage, usage_text
-from sweepq.execution.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
-from sweepq.execution.memory import OomCounters, judge_sigkill
-from sweepq.execution.procs import pidfd
-from sweepq.execution.progress import Progress
-from sweepq.execution.starter import Child, Launch, Starter, become_subreaper
-from sweepq.execution.tails import tail_file
+from sweepq.wire import channel as chan
+from sweepq.worker import diskfull
+from sweepq.worker import gate
+from sweepq import procs
+from sweepq.worker import usage
+from sweepq.worker import usage_text
+from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
+from sweepq.worker.memory import OomCounters, judge_sigkill
+from sweepq.procs import pidfd
+from sweepq.worker.progress import Progress
+from sweepq.worker.starter import Child, Launch, Starter, become_subreaper
+from sweepq.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.outcome import decide
 from sweepq.queue import liveness

@@ -12,13 +12,13 @@ import traceback
 from typing import Any
 
 from sweepq.checkpoint.fenced import FenceCheck
-from sweepq.execution.attempt_spec import AttemptSpec
-from sweepq.execution.channel import Channel
-from sweepq.execution.diskfull import disk_error
-from sweepq.execution.errors import raised
-from sweepq.execution.judge import judged
-from sweepq.execution.metrics import plain
-from sweepq.execution.run import Run
+from sweepq.wire.attempt_spec import AttemptSpec
+from sweepq.wire.channel import Channel
+from sweepq.worker.diskfull import disk_error
+from sweepq.run.errors import raised
+from sweepq.attempt.judge import judged
+from sweepq.run.metrics import plain
+from sweepq.run.run import Run
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
 from sweepq.spec.sweep import Settings

@@ -1,7 +1,7 @@
 """A process's command line as `ps`, `top` and psutil show it, rewritten in place (Linux).
 
-A fork of the template (execution/template.py) would show the template's command line; it shows
-`python -m sweepq.execution.attempt <attempt.json>` instead, as a fresh attempt does, so that
+A fork of the template (worker/template.py) would show the template's command line; it shows
+`python -m sweepq.attempt <attempt.json>` instead, as a fresh attempt does, so that
 people and tools find training processes as before. The kernel shows the memory where the
 process's arguments were (`arg_start`..`arg_end` in /proc/self/stat); the new line is written
 there, padded with NULs, and must fit: the template is started with room to spare (`room`).

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from sweepq.evidence import Evidence, Witness
-from sweepq.execution import signals
+from sweepq.run import signals
 from sweepq.outcome import decide
 from sweepq.queue.records import Outcome
 

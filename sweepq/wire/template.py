@@ -1,4 +1,4 @@
-"""The messages between a worker and its template process (execution/template.py), typed.
+"""The messages between a worker and its template process (worker/template.py), typed.
 
 One JSON object a SOCK_SEQPACKET message; a `Spawn` carries its descriptors beside it (SCM_RIGHTS),
 named by their index in that list. Nothing here imports torch or the database.
@@ -26,7 +26,7 @@ class Ready:
 
 @dataclass(frozen=True)
 class Spawn:
-    """Start one attempt: `python -m sweepq.execution.attempt <attempt_file>`, as a fork."""
+    """Start one attempt: `python -m sweepq.attempt <attempt_file>`, as a fork."""
 
     attempt_file: str
     cwd: str

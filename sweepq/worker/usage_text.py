@@ -1,6 +1,6 @@
 """A cell's GPU and CPU use in words: for a table cell, for `show`, and the low-GPU flag (pure functions).
 
-The figures are execution/usage.py's summary, as an attempt's `usage` holds it.
+The figures are worker/usage.py's summary, as an attempt's `usage` holds it.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sweepq.execution.usage import LOW_GPU_GRACE_S, LOW_GPU_PERCENT
+from sweepq.worker.usage import LOW_GPU_GRACE_S, LOW_GPU_PERCENT
 from sweepq.queue.records import AttemptRecord
 
 

@@ -6,7 +6,7 @@ import math
 import sys
 from typing import Any
 
-from sweepq.execution.errors import NonFiniteLoss
+from sweepq.run.errors import NonFiniteLoss
 from sweepq.spec.sweep import Metric
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from sweepq.checkpoint import retention, storage
-from sweepq.execution.channel import Channel
-from sweepq.execution.messages import Corrupt, Superseded, Warned
+from sweepq.wire.channel import Channel
+from sweepq.wire.messages import Corrupt, Superseded, Warned
 
 
 class CommittedSet:
