@@ -20,10 +20,11 @@ from pathlib import Path
 
 import click
 
-from sweepq.cli import launch_lock, render
+from sweepq.cli import launch_lock
 from sweepq.cli.launch import apply, prepare
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
+from sweepq.results import spelling
 
 
 def launch_detached(spec: str, root: str | None, workers: int, gpus: list[str], accept_changed: bool | str) -> int:
@@ -74,8 +75,8 @@ def _since(log: Path, start: int) -> str:
 
 
 def _tell(root: Path, pid: int) -> None:
-    shown = render.shown_path(root)
-    log = render.shown_path(RootPaths(root).launch_log)
+    shown = spelling.shown_path(root)
+    log = spelling.shown_path(RootPaths(root).launch_log)
     click.echo(
         f"launched in the background: pid {pid}; it goes on when this terminal closes\n"
         f"  follow it:  sweepq status --watch --root {shown}\n"

@@ -20,9 +20,10 @@ from rich.text import Text
 
 from sweepq.analysis.grid import GridAnalysis, KeyEffect, Level, analyse, best_level, logged_names, nothing_to_analyse
 from sweepq.cli.fit import Column, FittedTable
-from sweepq.cli.params import full, headers, short
+from sweepq.cli.param_columns import short
 from sweepq.errors import UsageError
 from sweepq.queue.records import CellRecord
+from sweepq.results.params import full, headers
 from sweepq.spec.types import Metric
 
 MAX_LEVELS = 12

@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.live import Live
 
-from sweepq.cli import failures, header, launch_lock, launch_summary, render
+from sweepq.cli import header, launch_lock, launch_summary, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
 from sweepq.worker import gate
@@ -40,6 +40,7 @@ from sweepq.queue.reaper import reap, reconcile_markers
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import MACHINE_FAULTS, CellState, Reason
 from sweepq.queue.store import Store
+from sweepq.results import failures, spelling
 from sweepq.spec.preflight import preflight
 from sweepq.spec.sweep import Sweep, load_sweep
 
@@ -356,7 +357,7 @@ class Launcher:
         if c.state is CellState.RUNNING:
             bits.append(f"attempt {c.attempts}")
         if c.state is CellState.DONE and c.metrics:
-            bits.append(", ".join(f"{k}={render.fmt_num(v)}" for k, v in c.metrics.items() if k != "epoch"))
+            bits.append(", ".join(f"{k}={spelling.fmt_num(v)}" for k, v in c.metrics.items() if k != "epoch"))
         if c.last_reason and c.state is not CellState.DONE:
             said = self._said(store, c)
             bits.append(f"(last: {c.last_reason}: {said})" if said else f"(last: {c.last_reason})")
@@ -366,7 +367,7 @@ class Launcher:
 
     @property
     def _where(self) -> str:
-        return render.shown_path(self.root)
+        return spelling.shown_path(self.root)
 
     def _said(self, store: Store, c: Any) -> str | None:
         """What the attempt that gave a cell its last reason said: the disk's words, or why it failed."""

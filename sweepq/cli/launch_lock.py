@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from sweepq.atomic import atomic_write_json, read_json
-from sweepq.cli import render
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
 from sweepq.queue.lock import held_elsewhere, names, take
+from sweepq.results import spelling
 
 
 @dataclass(frozen=True)
@@ -198,9 +198,9 @@ def _grace_of(pid: int) -> float:
 
 def refusal(root: Path, h: Holder | None) -> str:
     """Why a second launch starts nothing, and what to do instead."""
-    shown = render.shown_path(root)
+    shown = spelling.shown_path(root)
     who = "it is starting" if h is None or h.pid is None else f"pid {h.pid} on {h.host}, since {h.started_at}"
-    log = render.shown_path(RootPaths(root).launch_log)
+    log = spelling.shown_path(RootPaths(root).launch_log)
     return (
         f"a launch is already running on the sweep root {shown} ({who}), so this one started nothing: "
         f"follow it with `sweepq status --watch --root {shown}` or `tail -f {log}`, "

@@ -7,11 +7,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from sweepq.cli import render
 from sweepq.queue import reconcile
+from sweepq.queue.reads import Census
 from sweepq.queue.states import CellState
-from sweepq.queue.status_reads import Census
 from sweepq.queue.store import Store
+from sweepq.results import spelling
 from sweepq.spec.sweep import Sweep
 
 
@@ -21,7 +21,7 @@ def describe_start(store: Store, sweep: Sweep, root: Path, plan: reconcile.Recon
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"))  # no markup: `w` may quote a value
     census = store.census(LISTED)  # counted in the database: a root of 100,000 cells is not loaded
     name = sweep.settings.name  # the user's words: a `[/x]` in it is text (the console reads no markup)
-    console.print(Text.assemble("sweep ", (name, "bold"), f" at {render.shown_path(root)}: {cells(census.total)}"))
+    console.print(Text.assemble("sweep ", (name, "bold"), f" at {spelling.shown_path(root)}: {cells(census.total)}"))
     if plan.new and len(plan.new) != census.total:
         console.print(f"  new cells: {listed([c.id for c in plan.new[:LISTED]], len(plan.new))}")
     if plan.removed:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 
 import click
 
-from sweepq.cli import render
 from sweepq.cli.app import friendly, main, root_option, sqlite_reading
 from sweepq.cli.read_commands import cell_and_place, one_cell, place_argument
 from sweepq.cli.visible import VisibleWriter, visible
@@ -27,11 +26,12 @@ from sweepq.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord
 from sweepq.queue.states import CellState
+from sweepq.results import spelling
 
 ATTEMPT_MAX = 2**63 - 1  # attempt numbers are SQLite INTEGERs: a larger N names no attempt (nor can be asked)
 
 if TYPE_CHECKING:
-    from sweepq.queue.cell_reads import CellReads  # a Store, or a Reader
+    from sweepq.queue.reads import CellReads  # a Store, or a Reader
 
 POLL_SECONDS = 0.5
 _CHUNK = 1 << 16
@@ -109,7 +109,7 @@ class _Log:
 
     @property
     def header(self) -> bytes:
-        return f"==> {render.shown_path(self.path)} <==\n".encode()
+        return f"==> {spelling.shown_path(self.path)} <==\n".encode()
 
     def has_new(self) -> bool:
         try:
@@ -150,7 +150,7 @@ def _print_whole(logs: list[_Log], out: BinaryIO, headers: bool) -> None:
             if headers:
                 out.write(b"(no such file: the attempt did not get as far as writing it)\n")
             else:
-                click.echo(f"no {log.path.name} in {render.shown_path(log.path.parent)}", err=True)
+                click.echo(f"no {log.path.name} in {spelling.shown_path(log.path.parent)}", err=True)
             continue
         last = log.copy_new(out)
         if headers and not last:
@@ -167,7 +167,7 @@ def _receipt_tail(attempt: AttemptRecord, stderr: _Log, out: BinaryIO) -> None:
         return
     if tail.splitlines()[-1].strip() in (tail_file(stderr.path) or ""):
         return  # the log ends with it already
-    where = render.shown_path(stderr.path.parent / "receipt.json")
+    where = spelling.shown_path(stderr.path.parent / "receipt.json")
     out.write(f"\n==> the error tail recorded in {where} <==\n{tail}\n".encode())
     out.flush()
 

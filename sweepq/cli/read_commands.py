@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console, Group, RenderableType
 
-from sweepq.cli import failures, fit, header, json_stream, render, render_cell
+from sweepq.cli import fit, header, json_stream, render, render_cell
 from sweepq.cli.app import friendly, json_option, main, out, print_json, root_option, sqlite_reading
 from sweepq.errors import UsageError
+from sweepq.results import failures, spelling
 
 if TYPE_CHECKING:
-    from sweepq.queue.forecast_reads import ForecastReads as Queue  # a Store, or status's Reader
-    from sweepq.queue.reader import Reader
+    from sweepq.queue.forecast.reads import ForecastReads as Queue  # a Store, or status's Reader
+    from sweepq.queue.opening import Reader
     from sweepq.queue.records import CellRecord
     from sweepq.queue.store import Store
 
@@ -31,7 +32,7 @@ def is_place(arg: str | None) -> bool:
     Cell selectors (2.3, a group name, 2.*) hold no slash and no .yaml, so a path with
     either is a place; a bare name is one only when it is a folder holding a queue.
     """
-    from sweepq.queue.root_checks import database_file
+    from sweepq.queue.opening import database_file
 
     if not arg:
         return False
@@ -158,7 +159,7 @@ def status_json(store: Queue) -> Iterator[str]:
     """Every cell's `status --json` object as JSON text (one line), in cell order, made one at a time
     from the listing's plain rows (times and JSON columns already spelt as JSON)."""
     from sweepq.queue import liveness
-    from sweepq.queue.rows import cell_line
+    from sweepq.queue.records import cell_line
 
     fc, stalls, usages = store.forecast(status_workers(store)[0]), store.stalls(), store.usage_texts()
     owners = liveness.for_root(store.root)
@@ -234,7 +235,7 @@ def told_notes(store: Queue, cells: list[CellRecord]) -> dict[str, str]:
     The newest attempts of the cells told, in one read, not every attempt that ended the same way."""
     last = store.last_attempts([c.id for c in cells if failures.told_failure(c)])
     told = failures.failure_notes(
-        cells, lambda reason: [a for a in last if a.reason == reason], render.shown_path(store.root)
+        cells, lambda reason: [a for a in last if a.reason == reason], spelling.shown_path(store.root)
     )
     return told | store.fault_notes()  # the disk's own words say more than its exception
 
@@ -338,7 +339,7 @@ def best(spec: str | None, root: str | None, as_json: bool, top: int, all_params
 
     SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
     """
-    from sweepq.cli.report import best_per_cell, no_best_checkpoint
+    from sweepq.results.report import best_per_cell, no_best_checkpoint
 
     with sqlite_reading(spec, root) as store:
         metric = store.settings().metric

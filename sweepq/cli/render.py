@@ -18,7 +18,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from sweepq.analysis.grid import flatten
-from sweepq.cli import params, report
+from sweepq.cli import param_columns
 from sweepq.cli.columns import METRIC, PARAMS, SAME, kept, ranks
 from sweepq.cli.fit import Column, FittedTable, short_header
 from sweepq.cli.plain import SafeConsole
@@ -26,6 +26,8 @@ from sweepq.worker import usage_text
 from sweepq.worker.usage_text import low_gpu_flag
 from sweepq.queue.records import AttemptRecord, CellRecord
 from sweepq.queue.states import CLAIMABLE, CellState
+from sweepq.results import params, report
+from sweepq.results.spelling import fmt_num, fmt_step, metric_of
 from sweepq.spec.types import Metric
 
 STATE_STYLE = {
@@ -43,31 +45,6 @@ def to_text(renderable: RenderableType, width: int = 120) -> str:
     console = SafeConsole(width=width, color_system=None, force_terminal=False, record=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
-
-
-def shown_path(p: Any) -> str:
-    """A path as a user typed it: relative to the current folder when inside it."""
-    from pathlib import Path
-
-    path = Path(p)
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve())) or "."
-    except ValueError:
-        return str(path)
-
-
-def fmt_num(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            return str(v)
-        return f"{v:.4g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
-    return str(v)
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -126,24 +103,8 @@ def fmt_epoch(c: CellRecord) -> str:
     return f"{done or 0}/{fmt_num(c.total_epochs)}" if c.total_epochs else done
 
 
-def fmt_step(c: CellRecord) -> str:
-    if c.step is None:
-        return ""
-    return f"{c.step}/{c.total_steps}" if c.total_steps else str(c.step)
-
-
 def fmt_progress(p: float | None) -> str:
     return "" if p is None else f"{100 * p:.0f}%"
-
-
-def metric_of(c: CellRecord, metric: Metric | None) -> tuple[str, Any]:
-    """(name, latest value) of the sweep's metric, else of the first logged scalar."""
-    if metric is not None:
-        return metric.name, c.metrics.get(metric.name)
-    for k, v in c.metrics.items():
-        if k != "epoch":
-            return k, v
-    return "", None
 
 
 DEAD_NOTE = "no live process: reaped at the next launch"
@@ -212,7 +173,7 @@ def status_table(
             "right",
             short_values=[fmt_rate(rates.get(c.id), short=True) for c in cells],
         ),
-        *params.columns([c.result_cfg for c in cells], all_params, rank[PARAMS], rank[SAME]),
+        *param_columns.columns([c.result_cfg for c in cells], all_params, rank[PARAMS], rank[SAME]),
         Column(mname or "metric", mvalues, rank[METRIC], "right", short_name=short_header(mname, mvalues)),
         Column("best", [fmt_num(c.best) for c in cells], rank["best"], "right"),
         Column("attempts", [str(c.attempts) if c.attempts else "" for c in cells], rank["attempts"], "right"),
@@ -228,7 +189,7 @@ def status_table(
     table = FittedTable(cols, kept=kept("status"), title=title)
     if footer is not None:
         return Group(table, Text(""), footer)
-    return Group(table, params.Constants([c.result_cfg for c in cells], all_params), Text(""), summary(cells))
+    return Group(table, param_columns.Constants([c.result_cfg for c in cells], all_params), Text(""), summary(cells))
 
 
 def status_footer(counts: Mapping[CellState, int], removed: int, shown: int, why: str) -> Group:
@@ -410,9 +371,9 @@ def best_table(rows: Sequence[dict[str, Any]], metric: Metric | None, all_params
             [r["state"] + (" (ran with an older cfg)" if r.get("new_cfg") is not None else "") for r in rows],
             rank["state"],
         ),
-        *params.columns([r["cfg"] for r in rows], all_params, rank[PARAMS], rank[SAME]),
+        *param_columns.columns([r["cfg"] for r in rows], all_params, rank[PARAMS], rank[SAME]),
         Column(name, values, rank[METRIC], "right", short_name=short_header(mname, values)),
         Column("step", [str(r["step"] or "") for r in rows], rank["step"], "right"),
         Column("checkpoint", [r["checkpoint"] or "" for r in rows], rank["checkpoint"]),
     ]
-    return Group(FittedTable(cols, kept=kept("best")), params.Constants([r["cfg"] for r in rows], all_params))
+    return Group(FittedTable(cols, kept=kept("best")), param_columns.Constants([r["cfg"] for r in rows], all_params))

@@ -11,7 +11,6 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from sweepq.cli import params
 from sweepq.cli.columns import kept, ranks
 from sweepq.cli.fit import Column, FittedTable
 from sweepq.cli.render import (
@@ -27,6 +26,7 @@ from sweepq.cli.render import (
 )
 from sweepq.worker import usage_text
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
+from sweepq.results import params
 from sweepq.spec.types import Metric
 
 

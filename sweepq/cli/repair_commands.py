@@ -7,12 +7,12 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from sweepq.cli import render
 from sweepq.cli.app import friendly, main, out
 from sweepq.cli.roots import default_root
 from sweepq.errors import UsageError
 from sweepq.queue import rebuild
 from sweepq.queue.database import Database
+from sweepq.results import spelling
 from sweepq.spec.sweep import Sweep, load_sweep
 
 
@@ -51,14 +51,16 @@ def _sweep_and_root(spec: str | None, root: str | None) -> tuple[Sweep, Path]:
 
 def _report(sweep: Sweep, root: Path, r: rebuild.Rebuilt) -> None:
     con = out()
-    where = render.shown_path(root)
+    where = spelling.shown_path(root)
     con.print(
         Text.assemble("rebuilt the queue of sweep ", (sweep.settings.name, "bold"), f" at {where} from its files")
     )
     if r.damage:
         con.print(f"  the old database was damaged: {r.damage}")
     if r.moved_to is not None:
-        con.print(f"  it was moved to {render.shown_path(r.moved_to)} (with its -wal/-shm if any): nothing was deleted")
+        con.print(
+            f"  it was moved to {spelling.shown_path(r.moved_to)} (with its -wal/-shm if any): nothing was deleted"
+        )
     resumable = ", ".join(f"{c} (from step {s})" for c, s in r.resumable.items())
     con.print(f"  {len(r.done)} done" + (f": {', '.join(r.done)}" if r.done else ""))
     con.print(f"  {len(r.resumable)} resumable" + (f": {resumable}" if resumable else ""))
@@ -75,4 +77,4 @@ def _report(sweep: Sweep, root: Path, r: rebuild.Rebuilt) -> None:
             )
         )
     again = f" --root {where}" if root != default_root(sweep).resolve() else ""
-    con.print(f"run `sweepq launch {render.shown_path(sweep.path)}{again}` to go on")
+    con.print(f"run `sweepq launch {spelling.shown_path(sweep.path)}{again}` to go on")

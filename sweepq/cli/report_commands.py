@@ -40,7 +40,7 @@ def report(
     SPEC_OR_ROOT is the sweep file or its root folder (default: --root, else the current folder).
     """
     from sweepq.cli import grid_view
-    from sweepq.cli.report import by_reason
+    from sweepq.results.report import by_reason
 
     if html_file is not None:
         _html(spec, root, html_file, as_json)

@@ -75,7 +75,7 @@ def _print_table(sweep: Sweep, root: Path, rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from sweepq.cli import render
+    from sweepq.results import spelling
 
     table = Table(box=None, header_style="bold")
     for col in ("cell", "group", "cfg") + (("command",) if rows and "command" in rows[0] else ()):
@@ -91,7 +91,7 @@ def _print_table(sweep: Sweep, root: Path, rows: list[dict[str, Any]]) -> None:
     entry = sweep.settings.train or sweep.settings.program
     con.print(
         f"{sweep.settings.name}: {len(rows)} cells in {len(sweep.groups)} group(s), "
-        f"root {render.shown_path(root)}, runs {entry}",
+        f"root {spelling.shown_path(root)}, runs {entry}",
         markup=False,
     )
     con.print(table)

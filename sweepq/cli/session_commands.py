@@ -21,6 +21,7 @@ from sweepq.layout import RootPaths
 from sweepq.queue.database import Database
 from sweepq.queue.states import CellState
 from sweepq.queue.store import Store
+from sweepq.results import spelling
 
 # After the grace period the workers kill what is still training; this is the time left to them
 # to record those attempts and exit, and to the launch to reap and print its summary.
@@ -38,7 +39,7 @@ def stop(target: str | None) -> None:
     launch there is nothing to stop: it says so and exits 0.
     """
     root = _root(target)
-    shown = render.shown_path(root)
+    shown = spelling.shown_path(root)
     h = launch_lock.holder(root)
     if h is None:
         click.echo(f"no launch is running on {shown}: nothing to stop")
@@ -46,7 +47,7 @@ def stop(target: str | None) -> None:
     if h.pid is None:
         # Neither launch.json nor the kernel named it: a launch of another user, or one on another host
         # sharing this root's file system (their processes are not in this host's /proc).
-        lock = render.shown_path(RootPaths(root).launch_lock)
+        lock = spelling.shown_path(RootPaths(root).launch_lock)
         raise UsageError(
             f"a launch holds {lock} but cannot be found: its {RootPaths(root).launch_info.name} does not name it "
             "and no process of this user on this host holds the lock. Stop it where it runs (as its user, or "
@@ -55,10 +56,10 @@ def stop(target: str | None) -> None:
     if not h.here:
         raise UsageError(f"the launch on {shown} runs on host {h.host} (pid {h.pid}): run `sweepq stop` there")
     if h.by_lock:
-        info = render.shown_path(RootPaths(root).launch_info)
+        info = spelling.shown_path(RootPaths(root).launch_info)
         click.echo(
             f"{info} does not say which launch runs (it is damaged or not that launch's): found it as the "
-            f"process holding {render.shown_path(RootPaths(root).launch_lock)}, pid {h.pid}"
+            f"process holding {spelling.shown_path(RootPaths(root).launch_lock)}, pid {h.pid}"
         )
     try:
         os.kill(h.pid, signal.SIGTERM)  # the launch's first stop; a second SIGTERM would change nothing
@@ -71,7 +72,7 @@ def stop(target: str | None) -> None:
     if not _wait(root, h):
         raise SweepqError(
             f"the launch (pid {h.pid}) is still running {h.grace_seconds + RECORD_MARGIN_S:g} s after the stop; "
-            f"see its log {render.shown_path(h.log)}; `kill -INT {h.pid}` stops it at once "
+            f"see its log {spelling.shown_path(h.log)}; `kill -INT {h.pid}` stops it at once "
             "(as a second Ctrl-C: no emergency checkpoint)"
         )
     _summary(root, h)
@@ -80,7 +81,7 @@ def stop(target: str | None) -> None:
 def _root(target: str | None) -> Path:
     root = resolve_root(None, target)
     if not (Database.for_root(root).exists() or RootPaths(root).launch_lock.exists()):
-        raise UsageError(f"{render.shown_path(root)} is not a sweep root: name the sweep's root folder or its file")
+        raise UsageError(f"{spelling.shown_path(root)} is not a sweep root: name the sweep's root folder or its file")
     return root
 
 
@@ -133,7 +134,7 @@ def _summary(root: Path, h: launch_lock.Holder) -> None:
         if resumable and spec:
             click.echo(f"resume with: sweepq launch {_relaunch(root, spec)}")
         elif resumable:
-            click.echo(f"resume with: sweepq launch SPEC --root {render.shown_path(root)}")
+            click.echo(f"resume with: sweepq launch SPEC --root {spelling.shown_path(root)}")
     finally:
         store.close()
 
@@ -153,9 +154,9 @@ def _relaunch(root: Path, spec: str) -> str:
     from sweepq.cli.roots import default_root
     from sweepq.spec.sweep import load_sweep
 
-    shown = render.shown_path(spec)
+    shown = spelling.shown_path(spec)
     try:
         same = default_root(load_sweep(spec)).resolve() == root.resolve()
     except SweepqError:
         same = False  # the file changed or went away since: name the root too
-    return shown if same else f"{shown} --root {render.shown_path(root)}"
+    return shown if same else f"{shown} --root {spelling.shown_path(root)}"

@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sweepq.cli.report import by_reason
 from sweepq.history.read import streams
 from sweepq.history.records import CellHistory
 from sweepq.html.charts import LINE_POINTS, MANY, Charts, collect
 from sweepq.queue.records import AttemptRecord, CellRecord
 from sweepq.queue.store import Store
+from sweepq.results.report import by_reason
 from sweepq.spec.sweep import Settings
 from sweepq.version import __version__
 

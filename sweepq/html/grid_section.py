@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from sweepq.analysis.grid import GridAnalysis, KeyEffect, analyse, best_level, nothing_to_analyse
 from sweepq.analysis.parallel import parallel_svg
-from sweepq.cli.params import full
 from sweepq.html.gather import Report
 from sweepq.html.sections import e
+from sweepq.results.params import full
 
 
 def grid(r: Report) -> str:

@@ -13,15 +13,15 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from sweepq.cli import failures, params
-from sweepq.cli.render import fmt_num, fmt_step, metric_of, shown_path
-from sweepq.cli.report import hours_words
 from sweepq.html.charts import MANY, Chart
 from sweepq.html.gather import Report
 from sweepq.html.svg import chart_svg, colour_class
 from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord, CellRecord
 from sweepq.queue.states import CellState
+from sweepq.results import failures, params
+from sweepq.results.report import hours_words
+from sweepq.results.spelling import fmt_num, fmt_step, metric_of, shown_path
 
 FAILURES_SHOWN = 500  # a sweep where thousands failed: the first ones say why, status lists the rest
 VALUES_SHOWN = 12  # distinct values of one cfg key listed in the keys' table

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import cli, cli_json, db_rows, kill_tree, start, wait_for, wait_gone, write
 
-from sweepq.cli.report import _clock
 from sweepq.layout import CellPaths
+from sweepq.results.report import _clock
 
 pytestmark = pytest.mark.process
 

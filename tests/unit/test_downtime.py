@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from sweepq.cli import render, report
-from sweepq.queue.claims import last_sign_of_life
+from sweepq.cli import render
+from sweepq.queue.attempts import last_sign_of_life
 from sweepq.queue.records import AttemptRecord, Outcome
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
+from sweepq.results import report
 from unit.support import T0, WORKER, FakeClock
 from unit.test_render import BLANK_ATTEMPT, text
 

@@ -19,9 +19,9 @@ from sweepq.analysis.parallel import TITLES_MAX, colour, parallel_svg
 from sweepq.cli import render
 from sweepq.cli.grid_view import WhatMatters, section
 from sweepq.cli.main import main
-from sweepq.cli.report import by_reason
 from sweepq.queue.records import CellRecord, Outcome
 from sweepq.queue.states import CellState
+from sweepq.results.report import by_reason
 from sweepq.spec.types import Metric
 from unit.support import WORKER, Launch, sweep_from
 from unit.test_render import BLANK_CELL

@@ -1,4 +1,4 @@
-"""The human tables (sweepq/cli/render.py, sweepq/cli/report.py) as golden text, from records built in-process."""
+"""The human tables (sweepq/cli/render.py, sweepq/results/report.py) as golden text, from records built in-process."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import pytest
 from rich.cells import cell_len
 from rich.console import RenderableType
 
-from sweepq.cli import failures, render, render_cell, report
+from sweepq.cli import render, render_cell
 from sweepq.cli.plain import SafeConsole
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.queue.states import CellState
+from sweepq.results import failures, report, spelling
 from sweepq.spec.sweep import Metric
 from unit.support import T0, Launch, sweep_from
 
@@ -379,7 +380,7 @@ def test_lost_work_of_programs_is_counted_to_the_real_resume_point_or_said_unkno
     assert "+?: 2 attempt(s) ran a program that does not report its steps" in shown
 
 
-# -- why a cell failed (sweepq/cli/failures.py): one line in status and launch, and where the logs are
+# -- why a cell failed (sweepq/results/failures.py): one line in status and launch, and where the logs are
 
 CHAINED = """\
 Traceback (most recent call last):
@@ -596,7 +597,7 @@ def test_every_table_fits_every_width_and_no_number_is_cut() -> None:
         | {"cfg": c.cfg}
         for c in FINETUNE
     ]
-    accs = {c.id: render.fmt_num(c.metrics["validation/accuracy_top1"]) for c in FINETUNE if c.metrics}
+    accs = {c.id: spelling.fmt_num(c.metrics["validation/accuracy_top1"]) for c in FINETUNE if c.metrics}
     for width in (40, 47, 55, 64, 72, 80, 91, 100, 120, 140, 160, 200):
         status = render.to_text(render.status_table(FINETUNE, ACC, notes=FINETUNE_NOTES, now=T0), width)
         for table in (
@@ -660,7 +661,8 @@ def test_a_long_table_is_written_line_by_line_as_rich_lays_it_out(monkeypatch: p
 
 
 def test_cfg_keys_flattened_named_and_shortened() -> None:
-    from sweepq.cli import params
+    from sweepq.cli import param_columns
+    from sweepq.results import params
 
     assert params.flatten({"optim": {"lr": 0.1, "betas": [0.9]}, "seed": 1, "extra": {}}) == {
         "optim.lr": 0.1,
@@ -678,12 +680,12 @@ def test_cfg_keys_flattened_named_and_shortened() -> None:
     }
     assert params.headers(["model.name", "optim.lr"]) == {"model.name": "name", "optim.lr": "lr"}
     assert [params.full(v) for v in (3e-4, 1e-05, True, None, [1, 2])] == ["0.0003", "1e-05", "true", "null", "[1,2]"]
-    assert params.short(0.000123456) == "0.0001235" and params.short(1e-05) == "1e-05"
-    assert params.short(list(range(100, 120))) == "[100,101,…]"  # cut between numbers, never inside one
-    assert params.short(LLAMA) == "Llama-3.2-1B-…" and params.short("/data/set/") == "set"
-    assert params.short(LLAMA, by_name=False) == "meta-ll…struct"
+    assert param_columns.short(0.000123456) == "0.0001235" and param_columns.short(1e-05) == "1e-05"
+    assert param_columns.short(list(range(100, 120))) == "[100,101,…]"  # cut between numbers, never inside one
+    assert param_columns.short(LLAMA) == "Llama-3.2-1B-…" and param_columns.short("/data/set/") == "set"
+    assert param_columns.short(LLAMA, by_name=False) == "meta-ll…struct"
     odd = [0.0, -0.0, 1, True, 1.0, None, "1", [1], float("nan"), float("nan"), 0.25, 0.25]  # equal, or hashed alike
-    (column,) = params.columns([{"x": v} for v in odd] + [{}], every=False, rank=1, same_rank=2)
+    (column,) = param_columns.columns([{"x": v} for v in odd] + [{}], every=False, rank=1, same_rank=2)
     assert list(column.values) == [params.full(v) for v in odd] + [""]  # each value spelt as its own type
     assert column.values[-3] is column.values[-2]  # a value met again: the string spelt the first time
 

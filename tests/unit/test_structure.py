@@ -226,3 +226,39 @@ def test_public_api_resolves(fresh_interpreter: dict[str, object]) -> None:
     assert all(path.startswith("sweepq.") and path.endswith(f".{name}") for name, path in api.items())
     with pytest.raises(AttributeError):
         _ = sweepq.NoSuchName
+
+
+def every_import(module: str) -> set[str]:
+    """Every sweepq module that `module` names in an import, wherever it stands: at the top, in a function,
+    under `if TYPE_CHECKING:` (which layer a module belongs to is what it knows of, not only what it runs)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            named.update(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names)
+    return {name for name in named if name.startswith("sweepq")}
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper"),
+    [("sweepq.html", "sweepq.cli"), ("sweepq.results", "sweepq.cli"), ("sweepq.results", "sweepq.html")],
+)
+def test_the_results_vocabulary_lies_below_both_views(lower: str, upper: str) -> None:
+    """The page and the terminal both import the results' vocabulary (sweepq.results) downward: the page
+    imports nothing of the terminal, and the vocabulary nothing of either."""
+    layer = [m for m in MODULES if _under(m, lower)]
+    assert len(layer) > 1, f"no modules found under {lower}"
+    assert "sweepq.results.params" in every_import("sweepq.html.sections")  # the walk sees what is imported
+    wrong = {m: t for m in layer if (t := sorted(n for n in every_import(m) if _under(n, upper)))}
+    assert not wrong, f"{lower} imports {upper}: {wrong}"

@@ -1,17 +1,14 @@
-"""The cfg beside the results: nested keys flattened (`optim.lr`), the keys that vary, short values and headers.
+"""The cfg as a terminal table's columns, and the line of keys the same in every cell.
 
-Tables show only the keys whose values differ between the cells shown (a key
-missing from some cells differs too), as "show only differing params" does in
-experiment trackers; `--all-params` shows every key (those that vary are kept
-first). Values keep their full form (a float's shortest exact spelling) when
-there is room, and a short one when there is not: floats to 4 significant
-digits, a string's last path component cut with "…", lists cut between
-elements, never inside a number.
+Tables show only the keys whose values differ between the cells shown
+(`sweepq.results.params.split_keys`); `--all-params` shows every key (those that
+vary are kept first). Values keep their full form when there is room, and a short
+one when there is not: floats to 4 significant digits, a string's last path
+component cut with "…", lists cut between elements, never inside a number.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,33 +16,12 @@ from typing import Any
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 
-from sweepq.analysis.grid import flatten  # the one flattening of a cfg: the grid analysis shares it
+from sweepq.analysis.grid import flatten
 from sweepq.cli.fit import Column, Justify, one_line, short_header, shorten
+from sweepq.results.params import full, headers, split_keys
 
 SHORT_VALUE = 14  # the most cells a value's short form takes (a number's may take more: never cut)
 SAME_VALUE = 24  # a value in the line of keys that are the same in every cell
-_MISSING = object()
-
-
-def split_keys(cfgs: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
-    """(the keys that vary, those the same in every cell), each in the order the cells first name them."""
-    flat = [flatten(c) for c in cfgs]
-    keys = list(dict.fromkeys(k for f in flat for k in f))
-    varies = {k for k in keys if len({_identity(f.get(k, _MISSING)) for f in flat}) > 1}
-    return [k for k in keys if k in varies], [k for k in keys if k not in varies]
-
-
-def _identity(v: Any) -> str:
-    return "\0missing" if v is _MISSING else json.dumps(v, sort_keys=True, default=str)
-
-
-def full(v: Any) -> str:
-    """A cfg value as the sweep file would spell it (floats exactly, in their shortest form)."""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, float):
-        return repr(v)
-    return json.dumps(v, separators=(",", ":"), sort_keys=True, default=str)
 
 
 def short(v: Any, by_name: bool = True) -> str:
@@ -72,21 +48,6 @@ def _short_list(parts: list[str]) -> str:
             return kept + ",…]"
         kept = more
     return kept + "]"
-
-
-def headers(keys: Sequence[str]) -> dict[str, str]:
-    """Each key's shortest trailing path that no other key ends with: `optim.lr` -> `lr` when unambiguous."""
-    parts = {k: k.split(".") for k in keys}
-    named: dict[str, str] = {}
-    for k, p in parts.items():
-        for n in range(1, len(p) + 1):
-            tail = ".".join(p[-n:])
-            if not any(o != k and (o == tail or o.endswith("." + tail)) for o in keys):
-                named[k] = tail
-                break
-        else:
-            named[k] = k
-    return named
 
 
 def columns(cfgs: Sequence[Mapping[str, Any]], every: bool, rank: int, same_rank: int) -> list[Column]:
@@ -133,11 +94,6 @@ _SCALARS = {str, int, float, bool, type(None)}  # hashable, and equal values of 
 
 def _numeric(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def lines(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(key, value) of every flattened key, for one cell's page (`show`)."""
-    return [(k, full(v)) for k, v in flatten(cfg).items()]
 
 
 @dataclass(frozen=True)

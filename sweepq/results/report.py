@@ -14,7 +14,7 @@ from sweepq.queue.states import CheckpointState, Reason
 from sweepq.spec.types import Metric
 
 if TYPE_CHECKING:
-    from sweepq.queue.cell_reads import CellReads  # a Store, or a Reader (read commands)
+    from sweepq.queue.reads import CellReads  # a Store, or a Reader (read commands)
 
 
 def unknown_steps(a: AttemptRecord) -> bool:
