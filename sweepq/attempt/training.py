@@ -11,17 +11,17 @@ import sys
 import traceback
 from typing import Any
 
+from sweepq.attempt.judge import judged
 from sweepq.checkpoint.fenced import FenceCheck
+from sweepq.queue.records import Outcome
+from sweepq.queue.states import Reason
+from sweepq.run.errors import raised
+from sweepq.run.metrics import plain
+from sweepq.run.run import Run
+from sweepq.spec.sweep import Settings
 from sweepq.wire.attempt_spec import AttemptSpec
 from sweepq.wire.channel import Channel
 from sweepq.worker.diskfull import disk_error
-from sweepq.run.errors import raised
-from sweepq.attempt.judge import judged
-from sweepq.run.metrics import plain
-from sweepq.run.run import Run
-from sweepq.queue.records import Outcome
-from sweepq.queue.states import Reason
-from sweepq.spec.sweep import Settings
 
 
 def import_entry(train: str, spec_dir: str) -> Any:

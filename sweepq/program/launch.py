@@ -33,12 +33,12 @@ from pathlib import Path
 from sweepq.atomic import atomic_write_bytes, atomic_write_json
 from sweepq.checkpoint import retention, storage
 from sweepq.checkpoint.manifest import CheckpointCorrupt
-from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
-from sweepq.wire.channel import ENV_FD as ENV_CHANNEL_FD
 from sweepq.layout import CellPaths
 from sweepq.queue import liveness
 from sweepq.spec.command import ENV_BINARY, args_json, render_command
 from sweepq.spec.sweep import Settings
+from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
+from sweepq.wire.channel import ENV_FD as ENV_CHANNEL_FD
 
 #: The environment a program sees (documented in docs/byo.md; names are a contract).
 ENV = {

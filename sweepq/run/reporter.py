@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 from sweepq.atomic import atomic_write_json
 from sweepq.evidence import Evidence, Witness
+from sweepq.outcome import decide
+from sweepq.program.launch import ENV
+from sweepq.queue.records import Outcome
 from sweepq.run import signals
 from sweepq.run.errors import raised
-from sweepq.program.launch import ENV
-from sweepq.outcome import decide
-from sweepq.queue.records import Outcome
 
 
 class RunState(Protocol):

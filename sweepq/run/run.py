@@ -26,25 +26,22 @@ from typing import Any
 
 import torch
 
+from sweepq.attempt import fingerprint
 from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import serialize, snapshot, storage
 from sweepq.checkpoint.commit import Committed
 from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.checkpoint.image import Files
-from sweepq.attempt import fingerprint
-from sweepq.run import history_writer
-from sweepq.run import reporter
-from sweepq.run import run_files
-from sweepq.run import signals
-from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
+from sweepq.layout import CellPaths
+from sweepq.run import history_writer, reporter, run_files, signals
 from sweepq.run.cadence import Cadence
-from sweepq.wire.channel import Channel
 from sweepq.run.committed import CommittedSet
 from sweepq.run.errors import DataError, NonFiniteLoss
-from sweepq.wire.messages import Checkpointed, Corrupt, Fresh, Logged, Resumed, Total, Warned
 from sweepq.run.metrics import check_finite, improved, plain
-from sweepq.layout import CellPaths
 from sweepq.spec.sweep import CheckpointPolicy, Metric, Settings
+from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
+from sweepq.wire.channel import Channel
+from sweepq.wire.messages import Checkpointed, Corrupt, Fresh, Logged, Resumed, Total, Warned
 
 LOG_INTERVAL = 0.25
 

@@ -19,28 +19,25 @@ from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
+from sweepq import procs
 from sweepq.atomic import atomic_write_json, read_json
 from sweepq.evidence import Evidence, Intent, Witness
-from sweepq.wire import channel as chan
-from sweepq.worker import diskfull
-from sweepq.worker import gate
-from sweepq import procs
-from sweepq.worker import usage
-from sweepq.worker import usage_text
-from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
-from sweepq.worker.memory import OomCounters, judge_sigkill
-from sweepq.procs import pidfd
-from sweepq.worker.progress import Progress
-from sweepq.worker.starter import Child, Launch, Starter, become_subreaper
-from sweepq.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.outcome import decide
+from sweepq.procs import pidfd
 from sweepq.queue import liveness
 from sweepq.queue.reaper import finish_attempt, reap, reconcile_markers
 from sweepq.queue.records import Claim, Outcome, WorkerInfo
 from sweepq.queue.states import Reason
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import Settings
+from sweepq.tails import tail_file
+from sweepq.wire import channel as chan
+from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
+from sweepq.worker import diskfull, gate, usage, usage_text
+from sweepq.worker.memory import OomCounters, judge_sigkill
+from sweepq.worker.progress import Progress
+from sweepq.worker.starter import Child, Launch, Starter, become_subreaper
 
 POLL_S = 0.5
 FLUSH_S = 1.0  # progress reaches the database at most once a second per cell
@@ -124,7 +121,7 @@ class Worker:
 
     def _claim_next(self) -> tuple[Claim, liveness.Ownership] | None:
         assert self.store is not None
-        # The ownership is taken inside the claim's transaction, before its commit (queue/claiming.py).
+        # The ownership is taken inside the claim's transaction, before its commit (queue/claim.py).
         return self.store.claim_next(self.info, self.owners.take)
 
     # -- one attempt ---------------------------------------------------------------

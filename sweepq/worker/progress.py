@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweepq.layout import CellPaths
+from sweepq.queue.store import CheckpointState, Store
 from sweepq.wire.channel import Rejected
 from sweepq.wire.messages import (
     Checkpointed,
@@ -20,8 +22,6 @@ from sweepq.wire.messages import (
     Total,
     Warned,
 )
-from sweepq.layout import CellPaths
-from sweepq.queue.store import CheckpointState, Store
 
 RECORDED_REJECTIONS = 10
 

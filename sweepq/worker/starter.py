@@ -20,9 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweepq.worker import diskfull
-from sweepq.worker import proctitle
 from sweepq.wire import template as wire
+from sweepq.worker import diskfull, proctitle
 
 ENV_START = "SWEEPQ_START"  # "fresh": every attempt in a new interpreter, whatever the sweep file says
 PR_SET_CHILD_SUBREAPER = 36

@@ -36,10 +36,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sweepq.worker import proctitle
+from sweepq.procs import die_with_parent
 from sweepq.run import signals
 from sweepq.wire import template as wire
-from sweepq.procs import die_with_parent
+from sweepq.worker import proctitle
 
 FileStamp = tuple[str, int, int]  # path, mtime_ns, size
 
@@ -77,8 +77,8 @@ def main(argv: list[str]) -> int:
 
 def _prepare(train: str, spec_dir: str) -> tuple[str | None, list[FileStamp]]:
     """Import what attempts need; None when forks of this process are safe, else why not."""
+    from sweepq.attempt import fingerprint
     from sweepq.attempt import main as attempt  # noqa: F401
-    from sweepq.attempt import fingerprint  # noqa: F401
     from sweepq.program import supervisor as program  # noqa: F401
     from sweepq.queue import fence
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sweepq.worker.usage import LOW_GPU_GRACE_S, LOW_GPU_PERCENT
 from sweepq.queue.records import AttemptRecord
+from sweepq.worker.usage import LOW_GPU_GRACE_S, LOW_GPU_PERCENT
 
 
 def _size(n: int) -> str:
