@@ -5,9 +5,9 @@ first rule of RULES that serves the evidence's witness and applies, then every
 amendment of AMENDMENTS that does. The rules neither read files nor clocks nor
 signals, so the whole table is checked in-process (tests/unit/test_outcome.py).
 
-It sits beside the packages rather than in sweepq.execution because the
-reaper (sweepq.queue) closes the attempts of dead processes by the same
-rules, and the queue never imports execution.
+It sits beside the packages rather than in sweepq.worker or sweepq.attempt
+because the reaper (sweepq.queue) closes the attempts of dead processes by the
+same rules, and the queue imports none of the processes' packages.
 """
 
 from __future__ import annotations
