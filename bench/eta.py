@@ -1,4 +1,4 @@
-"""The ETA benchmark: how far the sweep's forecast (queue/forecast.py) is from the sweep's real end.
+"""The ETA benchmark: how far the sweep's forecast (queue/forecast/model.py) is from the sweep's real end.
 
 `make bench-eta` (a few minutes: the whole bundled sweep runs). Prints ONE JSON object on stdout,
 progress on stderr. Nothing is asserted; the machine's load is reported beside the figures (other

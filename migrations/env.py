@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from sweepq.queue.models import Base
+from sweepq.queue.schema import Base
 
 config = context.config
 target_metadata = Base.metadata

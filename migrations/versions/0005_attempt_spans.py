@@ -5,7 +5,7 @@ Revises: 0004
 Create Date: 2026-12-20
 
 `status` on a large sweep worked out the span of every settled attempt from its
-times at every call (sweepq/queue/span_sql.py). The span is now kept on the row
+times at every call (sweepq/queue/queries.py). The span is now kept on the row
 when the attempt ends; NULL means not kept, and the reads work it out as before,
 so the attempts of an older root stay right until a launch keeps theirs. The index
 that reads them (ix_attempts_span) also holds each attempt's start and end; it
@@ -56,7 +56,7 @@ def upgrade() -> None:
         ['cell_id', 'span_steps', 'span_micros', 'span_startup', 'started_at', 'ended_at'],
         unique=False,
     )
-    if op.get_bind().dialect.name == "sqlite":  # the spans are kept only there (sweepq/queue/span_sql.py)
+    if op.get_bind().dialect.name == "sqlite":  # the spans are kept only there (sweepq/queue/queries.py)
         for name, body in TRIGGERS.items():
             op.execute(f"CREATE TRIGGER {name} {body}")
 

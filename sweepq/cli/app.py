@@ -24,7 +24,7 @@ from sweepq.errors import SweepqError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from sweepq.queue.reader import Reader
+    from sweepq.queue.opening import Reader
     from sweepq.queue.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -107,10 +107,10 @@ def reading(spec: str | None, root: str | None) -> Iterator[Store]:
 
 @contextmanager
 def sqlite_reading(spec: str | None, root: str | None) -> Iterator[Reader]:
-    """`reading`'s root through the standard library's sqlite3 alone (queue/reader.py): what `status`,
+    """`reading`'s root through the standard library's sqlite3 alone (queue/opening.py): what `status`,
     `show`, `attempts`, `logs`, `best` and `report` read, without importing SQLAlchemy."""
     from sweepq.cli.roots import resolve_root
-    from sweepq.queue.reader import Reader
+    from sweepq.queue.opening import Reader
 
     reader = Reader.open(resolve_root(spec, root))
     try:

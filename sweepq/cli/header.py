@@ -16,7 +16,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from sweepq.cli.render import STATE_STYLE, fmt_seconds
-from sweepq.queue.forecast import Forecast
+from sweepq.queue.forecast.model import Forecast
 from sweepq.queue.records import CellRecord
 from sweepq.queue.states import TERMINAL, CellState
 

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 
 import click
 
+from sweepq.attempt.logkeeper import ENV_KEEP
 from sweepq.cli.app import friendly, main, root_option, sqlite_reading
 from sweepq.cli.read_commands import cell_and_place, one_cell, place_argument
 from sweepq.cli.visible import VisibleWriter, visible
 from sweepq.errors import UsageError
-from sweepq.attempt.logkeeper import ENV_KEEP
-from sweepq.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord
 from sweepq.queue.states import CellState
 from sweepq.results import spelling
+from sweepq.tails import tail_file
 
 ATTEMPT_MAX = 2**63 - 1  # attempt numbers are SQLite INTEGERs: a larger N names no attempt (nor can be asked)
 

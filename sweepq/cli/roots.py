@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sweepq.errors import UsageError
 from sweepq.layout import default_root_beside
-from sweepq.queue.root_checks import database_file
+from sweepq.queue.opening import database_file
 
 if TYPE_CHECKING:
     from sweepq.spec.sweep import Sweep

@@ -28,29 +28,41 @@ each connection (the pool keeps none), from the files beside the database:
   could start writing meanwhile: a read racing it is not guaranteed.)
 - a log holding transactions but no `-shm`, which cannot be created: refused
   with what to do, since reading the file alone would show an older state.
+
+The schema's version (the functions at the end): alembic migrations, run in code when a root is
+opened. Nobody runs alembic's command line: a launch or a worker that opens a root whose schema is
+not current calls `Database.upgrade` under a lock; read commands only compare revisions. Importing
+alembic alone costs about 0.2 s, so the database's revision, read with one SELECT, is compared with
+SCHEMA_HEAD (opening.py; a unit test holds it equal to the scripts' head), and alembic is imported
+only when a migration runs.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import NullPool
 
 from sweepq.atomic import fsync_dir
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
-from sweepq.queue import db, root_checks
-from sweepq.queue.sqlite_file import BUSY_TIMEOUT_S as BUSY_TIMEOUT_S
-from sweepq.queue.sqlite_file import SIDECARS as SIDECARS
-from sweepq.queue.sqlite_file import DatabaseDamaged as DatabaseDamaged
-from sweepq.queue.sqlite_file import is_damage, prepare_readonly, readonly_target
+from sweepq.queue import opening
+from sweepq.queue.opening import BUSY_TIMEOUT_S as BUSY_TIMEOUT_S
+from sweepq.queue.opening import SCHEMA_HEAD as SCHEMA_HEAD
+from sweepq.queue.opening import SIDECARS as SIDECARS
+from sweepq.queue.opening import VERSION_TABLE, is_damage, prepare_readonly, readonly_target
+from sweepq.queue.opening import DatabaseDamaged as DatabaseDamaged
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 _IMMEDIATE = "sweepq_immediate"  # execution option of the writer engine: BEGIN IMMEDIATE
 
@@ -71,7 +83,7 @@ class Database:
     @classmethod
     def for_root(cls, root: Path, *, readonly: bool = False) -> Database:
         """The database of a sweep root (where a configured server URL would be read, later)."""
-        url = URL.create("sqlite", database=str(root_checks.database_file(root)))
+        url = URL.create("sqlite", database=str(opening.database_file(root)))
         return cls(url, migrate_lock=RootPaths(root).migrate_lock, readonly=readonly)
 
     def read_only(self) -> Database:
@@ -200,11 +212,11 @@ class Database:
         # Asked through the read-only recipe first: a newer sweepq's database is refused before
         # this process connects as a writer or makes the lock file (nothing of the root changes).
         revision = self.revision() if self.exists() else None
-        root_checks.check_known(revision, self.describe())
-        if revision == db.SCHEMA_HEAD:
+        opening.check_known(revision, self.describe())
+        if revision == SCHEMA_HEAD:
             return  # the usual case: no lock file, no migration environment
         with self._migration_lock():
-            db.upgrade(self.engine, self.describe())
+            upgrade(self.engine, self.describe())
 
     def revision(self) -> str | None:
         """The schema revision recorded in the database; None when it holds no queue yet.
@@ -213,14 +225,14 @@ class Database:
         connection would give an empty file a header, and damaged or emptied files
         are exactly those asked about before anything else).
         """
-        return db.current_revision((self.read_only() if self.path is not None else self).engine)
+        return current_revision((self.read_only() if self.path is not None else self).engine)
 
     def schema_current(self) -> bool:
-        return self.revision() == db.SCHEMA_HEAD
+        return self.revision() == SCHEMA_HEAD
 
     def check_current(self) -> None:
         """For read-only commands: refuse a database whose schema is not this sweepq's."""
-        db.check_current(self.engine, self.describe())
+        check_current(self.engine, self.describe())
 
     @contextmanager
     def _migration_lock(self) -> Iterator[None]:
@@ -302,3 +314,60 @@ class Database:
             raise UsageError(f"{path} appeared while it was being rebuilt: another process is using this root")
         os.replace(source, path)
         fsync_dir(path.parent)  # the rename survives a power loss
+
+
+def migrations_dir() -> Path:
+    """The alembic scripts: top-level migrations/ in a checkout, sweepq/migrations in a wheel."""
+    return Path(str(importlib.resources.files("sweepq.migrations")))
+
+
+def _alembic_config() -> Config:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    return cfg
+
+
+def head_revision() -> str:
+    """The head of the migration scripts, as alembic reads them."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision recorded in the database; None for a database alembic never touched."""
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(VERSION_TABLE):
+            return None
+        revisions = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    if len(revisions) > 1:
+        raise UsageError(f"the database records several schema revisions ({', '.join(revisions)})")
+    return revisions[0] if revisions else None
+
+
+def upgrade(engine: Engine, where: str) -> None:
+    """Create or upgrade the schema to head; the caller holds the migration lock."""
+    rev = current_revision(engine)
+    if rev == SCHEMA_HEAD:
+        return  # current: alembic (and its script folder) is loaded only when a migration runs
+    from alembic import command
+
+    head = head_revision()
+    if rev == head:
+        return
+    # Asked again under the migration lock (another process may have written it meanwhile); alembic's
+    # own lookup of an unknown revision raises its "Can't locate revision" with a long traceback.
+    opening.check_known(rev, where)
+    cfg = _alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def check_current(engine: Engine, where: str) -> None:
+    """For read-only commands: refuse a database whose schema is not this sweepq's."""
+    opening.check_current(current_revision(engine), where)

@@ -31,11 +31,10 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from sweepq.queue.models import CellRow, EventRow, SweepRow
 from sweepq.queue.prepared import Prepared
 from sweepq.queue.reconcile import Cfg, Existing, ReconcilePlan
-from sweepq.queue.records import CellRecord
-from sweepq.queue.rows import cell_record, json_safe
+from sweepq.queue.records import CellRecord, cell_record, json_safe
+from sweepq.queue.schema import CellRow, EventRow, SweepRow
 from sweepq.queue.states import CellState
 from sweepq.queue.transactions import StoreBase
 from sweepq.spec.types import CellSpec, Settings

@@ -26,7 +26,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from sweepq.queue.database import Database
 from sweepq.queue.liveness import Ownership, OwnershipLost
-from sweepq.queue.models import CellRow
+from sweepq.queue.schema import CellRow
 from sweepq.queue.states import CellState
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import null, update
 
 from sweepq.queue import states
-from sweepq.queue.models import CellRow, CheckpointRow
+from sweepq.queue.schema import CellRow, CheckpointRow
 from sweepq.queue.states import CellState, CheckpointState, Reason
 from sweepq.queue.transactions import StoreBase, rowcount
 

@@ -34,12 +34,12 @@ from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
 from sweepq.errors import UsageError
 from sweepq.layout import CellPaths
 from sweepq.outcome import account_of
-from sweepq.queue import liveness, lock, reconcile, root_checks
+from sweepq.queue import liveness, lock, opening, reconcile
 from sweepq.queue.database import Database
-from sweepq.queue.models import AttemptRow, CellRow, SweepRow
+from sweepq.queue.opening import cell_folders
 from sweepq.queue.reaper import sync_checkpoints
 from sweepq.queue.records import Outcome
-from sweepq.queue.root_checks import cell_folders
+from sweepq.queue.schema import AttemptRow, CellRow, SweepRow
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import CellSpec, Sweep
@@ -84,7 +84,7 @@ def rebuild(root: Path, sweep: Sweep, *, force: bool = False) -> Rebuilt:
     database = Database.for_root(root)
     why = damage(root, database)
     if why is None and database.exists():  # a sound queue of a newer sweepq is never rebuilt by this one
-        root_checks.check_known(database.revision(), database.describe())
+        opening.check_known(database.revision(), database.describe())
     if why is None and not force:
         raise UsageError(_not_damaged(root, database))
     if database.path is None:

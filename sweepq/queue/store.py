@@ -19,12 +19,12 @@ orphaned training processes closing their own attempt, and user commands write.
 
 from __future__ import annotations
 
-from sweepq.queue.cell_reads import CellReads
-from sweepq.queue.claims import StoreClaims
+from sweepq.queue.attempts import StoreClaims
+from sweepq.queue.claim import StoreReads
 from sweepq.queue.definition import Existing, StoreDefinition
-from sweepq.queue.forecast_reads import ForecastReads
+from sweepq.queue.forecast.reads import ForecastReads
 from sweepq.queue.moves import StoreMoves
-from sweepq.queue.reads import StoreReads
+from sweepq.queue.reads import CellReads
 from sweepq.queue.states import CheckpointState
 from sweepq.queue.transactions import Clock, utcnow
 

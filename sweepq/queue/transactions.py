@@ -17,12 +17,12 @@ from sqlalchemy import CursorResult, Result, select
 from sqlalchemy.orm import Session
 
 from sweepq.layout import RootPaths
-from sweepq.queue import root_checks
+from sweepq.queue import opening
 from sweepq.queue.database import Database
-from sweepq.queue.models import AttemptRow, EventRow
-from sweepq.queue.rows import json_safe
-from sweepq.queue.sqlite_file import damage_reported
-from sweepq.queue.status_reads import Driver, read_settings
+from sweepq.queue.opening import damage_reported
+from sweepq.queue.reads import Driver, read_settings
+from sweepq.queue.records import json_safe
+from sweepq.queue.schema import AttemptRow, EventRow
 from sweepq.spec.types import Settings
 
 Clock = Callable[[], datetime]
@@ -55,12 +55,12 @@ class StoreBase:
         """
         database = database or Database.for_root(root)
         if not database.exists():
-            root_checks.check_not_lost(root, database.path)
+            opening.check_not_lost(root, database.path)
             if not create:
-                raise root_checks.not_a_root(root, database.describe())
+                raise opening.not_a_root(root, database.describe())
             root.mkdir(parents=True, exist_ok=True)
         else:
-            root_checks.check_holds_queue(root, database.path, database.revision)
+            opening.check_holds_queue(root, database.path, database.revision)
         database.upgrade()
         return cls(root, database, clock)
 
@@ -69,9 +69,9 @@ class StoreBase:
         """For read commands: never creates, migrates or writes anything (Database's read-only recipe)."""
         database = (database or Database.for_root(root)).read_only()
         if not database.exists():
-            root_checks.check_not_lost(root, database.path)
-            raise root_checks.not_a_root(root, database.describe())
-        root_checks.check_holds_queue(root, database.path, database.revision)
+            opening.check_not_lost(root, database.path)
+            raise opening.not_a_root(root, database.describe())
+        opening.check_holds_queue(root, database.path, database.revision)
         database.check_current()
         return cls(root, database, clock)
 

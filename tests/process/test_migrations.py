@@ -13,9 +13,9 @@ from alembic.migration import MigrationContext
 from conftest import HERE
 from sqlalchemy import inspect
 
-from sweepq.queue import db
+from sweepq.queue import database as db
 from sweepq.queue.database import Database
-from sweepq.queue.models import Base
+from sweepq.queue.schema import Base
 from sweepq.queue.store import Store
 
 REPO = HERE.resolve().parent
@@ -82,7 +82,7 @@ def test_installed_wheel_creates_a_root_without_the_source_tree(tmp_path: Path) 
     missing = [str(p) for p in packages if not (target / p / "__init__.py").exists()]
     assert not missing, f"packages left out of the wheel (pyproject.toml's packages list): {missing}"
     code = (
-        "import sweepq, sweepq.queue.db as d; from pathlib import Path; from sweepq.queue.store import Store;"
+        "import sweepq, sweepq.queue.database as d; from pathlib import Path; from sweepq.queue.store import Store;"
         "s = Store.open(Path('root'), create=True);"
         "print(sweepq.__file__); print(d.migrations_dir()); print(d.current_revision(s.engine))"
     )

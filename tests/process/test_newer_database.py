@@ -15,7 +15,8 @@ import pytest
 from conftest import cli
 from tiny_sweep import finished
 
-from sweepq.queue import db, root_checks
+from sweepq.queue import database as db
+from sweepq.queue import opening
 from sweepq.version import __version__
 
 pytestmark = pytest.mark.process
@@ -44,8 +45,8 @@ def test_known_revisions_are_the_scripts() -> None:
 
     script = ScriptDirectory.from_config(db._alembic_config())
     walked = [s.revision for s in script.walk_revisions()]
-    assert tuple(reversed(walked)) == root_checks.KNOWN_REVISIONS
-    assert root_checks.KNOWN_REVISIONS[-1] == db.SCHEMA_HEAD
+    assert tuple(reversed(walked)) == opening.KNOWN_REVISIONS
+    assert opening.KNOWN_REVISIONS[-1] == db.SCHEMA_HEAD
 
 
 def test_every_command_refuses_a_database_from_a_newer_sweepq(tmp_path_factory: pytest.TempPathFactory) -> None:

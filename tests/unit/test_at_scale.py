@@ -15,8 +15,8 @@ from sweepq.cli import launch_summary, render
 from sweepq.errors import DriftError
 from sweepq.layout import CellPaths
 from sweepq.queue import reaper, reconcile
-from sweepq.queue.models import CellRow
 from sweepq.queue.records import Outcome
+from sweepq.queue.schema import CellRow
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import Sweep

@@ -20,8 +20,9 @@ from sqlalchemy.exc import OperationalError
 from sweepq.errors import UsageError
 from sweepq.worker import diskfull
 from sweepq.layout import CellPaths, RootPaths
-from sweepq.queue import db, liveness, lock
-from sweepq.queue.claiming import _claim_statement
+from sweepq.queue import database as db
+from sweepq.queue import liveness, lock
+from sweepq.queue.claim import _claim_statement
 from sweepq.queue.prepared import Prepared
 from sweepq.queue.records import Claim, Outcome, WorkerInfo
 from sweepq.queue.states import CellState, Reason

@@ -131,7 +131,7 @@ def test_read_commands_load_nothing_heavy(root: Path, tmp_path: Path) -> None:
     assert "1.1" in status["output"] and "done" in status["output"] and "failed" in status["output"]
     help_only = report[0]["modules"]
     assert loaded(help_only, ("sqlalchemy",)) == [], "`status --help` opens no database"
-    # status, show, attempts, best, report and logs read through sqlite3 alone (queue/reader.py)
+    # status, show, attempts, best, report and logs read through sqlite3 alone (queue/opening.py)
     for line in report[1:-1]:
         assert loaded(line["modules"], ("sqlalchemy", "yaml")) == [], f"after sweepq {' '.join(line['args'])}"
     assert "1.1" in report[3]["output"] and "step-10" in report[3]["output"]

@@ -1,5 +1,5 @@
-"""The sweep's ETA (queue/forecast.py): hand-built cells with known speeds give exact ETAs; then the same
-read from a real SQLite queue (queue/forecast_reads.py) with an injected clock."""
+"""The sweep's ETA (queue/forecast/model.py): hand-built cells with known speeds give exact ETAs; then the same
+read from a real SQLite queue (queue/forecast/reads.py) with an injected clock."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from alembic import command
 
-from sweepq.queue import db, status_reads
-from sweepq.queue.forecast import (
+from sweepq.queue import database as db
+from sweepq.queue import reads as status_reads
+from sweepq.queue.forecast.model import (
     MIN_SPAN_S,
     UNSETTLED,
     AttemptSeen,
@@ -21,10 +22,10 @@ from sweepq.queue.forecast import (
     forecast,
     span,
 )
-from sweepq.queue.forecast_reads import _UNSETTLED_CELLS, _cells, _settled
+from sweepq.queue.forecast.reads import _UNSETTLED_CELLS, _cells, _settled
+from sweepq.queue.reads import stall_floor
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import CellState, CheckpointState
-from sweepq.queue.status_reads import stall_floor
 from sweepq.queue.store import Store
 from unit.support import T0, WORKER, FakeClock, Launch, sweep_from
 

@@ -14,7 +14,7 @@ from sweepq.cli.launch import Launcher
 from sweepq.cli.read_commands import status_workers
 from sweepq.cli.terminal import Terminal
 from sweepq.queue import liveness
-from sweepq.queue.forecast import CellForecast, Forecast
+from sweepq.queue.forecast.model import CellForecast, Forecast
 from sweepq.queue.states import CellState
 from sweepq.queue.store import Store
 from unit.support import T0, WORKER, FakeClock

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from sweepq.cli import render
 from sweepq.cli.main import main
+from sweepq.queue.reads import ENV_STALL_SECONDS, STALL_SECONDS
 from sweepq.queue.states import CellState
-from sweepq.queue.status_reads import ENV_STALL_SECONDS, STALL_SECONDS
 from sweepq.queue.store import Store
 from unit.support import T0, WORKER, FakeClock
 from unit.test_render import STORY, VAL_ACC, cell, text

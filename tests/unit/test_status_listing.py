@@ -15,10 +15,9 @@ from sweepq.cli import json_stream, read_commands, render
 from sweepq.cli.read_commands import Listing, attention, status_json, status_view
 from sweepq.errors import UsageError
 from sweepq.queue.liveness import FileLockLiveness
-from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow, EventRow
-from sweepq.queue.reader import Reader
-from sweepq.queue.records import AttemptRecord, CheckpointRecord, EventRecord, Outcome
-from sweepq.queue.rows import cell_record, orm_record
+from sweepq.queue.opening import Reader
+from sweepq.queue.records import AttemptRecord, CheckpointRecord, EventRecord, Outcome, cell_record, orm_record
+from sweepq.queue.schema import AttemptRow, CellRow, CheckpointRow, EventRow
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
 from unit.support import WORKER, FakeClock, Launch, sweep_from

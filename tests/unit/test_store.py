@@ -433,7 +433,7 @@ def test_show_json_through_the_cli(store: Store, clock: FakeClock) -> None:
 
 def test_schema_head_is_the_migration_scripts_head(store: Store) -> None:
     """Read commands compare with SCHEMA_HEAD instead of loading alembic: it must be the scripts' head."""
-    from sweepq.queue import db
+    from sweepq.queue import database as db
 
     assert db.head_revision() == db.SCHEMA_HEAD
     assert db.current_revision(store.engine) == db.SCHEMA_HEAD  # what a migrated root records

@@ -25,7 +25,7 @@ from sweepq.worker.progress import Progress
 from sweepq.worker.usage import Gpus, Sample, Sampler, summarize, visible_devices
 from sweepq.worker.loop import _sampled
 from sweepq.layout import CellPaths
-from sweepq.queue import db
+from sweepq.queue import database as db
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
 from sweepq.queue.store import Store

@@ -1,4 +1,4 @@
-"""Attempts' spans worked out by the database (queue/forecast_spans.py's `span`, in SQL), and kept.
+"""Attempts' spans worked out by the database (queue/forecast/spans.py's `span`, in SQL), and kept.
 
 The forecast needs the span of every attempt of every settled cell: on a sweep of 100,000 cells
 that is tens of thousands of attempts, and working each one out again from its times (text that
@@ -17,7 +17,7 @@ not kept (`Store.keep_spans`, at each launch).
 
 from __future__ import annotations
 
-from sweepq.queue.forecast import UNSETTLED
+from sweepq.queue.forecast.model import UNSETTLED
 from sweepq.queue.states import CheckpointState, Reason
 
 _UNSETTLED = ", ".join(sorted(f"'{s}'" for s in UNSETTLED))

@@ -1,6 +1,6 @@
 """What an attempt showed of its speed (a `Span`) and spans pooled by cell, group and sweep.
 
-Part of the forecast's model (queue/forecast.py says it whole): an attempt's speed leaves out its
+Part of the forecast's model (queue/forecast/model.py says it whole): an attempt's speed leaves out its
 start-up where two points past its start measure it; spans add up in whole microseconds, so that
 pools summed in any order, or by the database, are the same to the last bit.
 """

@@ -20,11 +20,10 @@ from sqlalchemy.orm import Session
 
 from sweepq.errors import IllegalTransition
 from sweepq.queue import states
-from sweepq.queue.claiming import StoreClaiming
-from sweepq.queue.models import AttemptRow, CellRow, CheckpointRow
-from sweepq.queue.records import Outcome
-from sweepq.queue.rows import json_safe
-from sweepq.queue.span_sql import KEEP_ALL, KEEP_CELL
+from sweepq.queue.claim import StoreClaiming
+from sweepq.queue.queries import KEEP_ALL, KEEP_CELL
+from sweepq.queue.records import Outcome, json_safe
+from sweepq.queue.schema import AttemptRow, CellRow, CheckpointRow
 from sweepq.queue.states import CellState, CheckpointState, Reason
 from sweepq.queue.transactions import rowcount
 

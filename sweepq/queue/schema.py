@@ -139,10 +139,10 @@ class AttemptRow(Base):
     code_fingerprint: Mapped[dict[str, Any] | None]
     data_fingerprint: Mapped[dict[str, Any] | None]
     note: Mapped[str | None] = mapped_column(Text)
-    # What the worker sampled of the training process (execution/usage.py): the latest sample
+    # What the worker sampled of the training process (worker/usage.py): the latest sample
     # while it runs, mean/p95 utilisation and peak memory once it ended.
     usage: Mapped[dict[str, Any] | None]
-    # Its span as the forecast measures it, kept once it ended (queue/span_sql.py; NULL: not kept).
+    # Its span as the forecast measures it, kept once it ended (queue/queries.py; NULL: not kept).
     span_steps: Mapped[int | None]
     span_micros: Mapped[int | None]
     span_startup: Mapped[float | None]

@@ -1,6 +1,6 @@
 """The sweep's ETA: when its last cell ends, from measured speeds and a simulation of the workers.
 
-Pure: no database and no clock (the caller gives `now`); queue/forecast_reads.py reads its input.
+Pure: no database and no clock (the caller gives `now`); queue/forecast/reads.py reads its input.
 
 The model:
 - **An attempt's speed** is seconds per step, from the points where the queue saw it: its start
@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from sweepq.queue.forecast_spans import MIN_SPAN_S as MIN_SPAN_S  # the model's parts, re-exported
-from sweepq.queue.forecast_spans import AttemptSeen, Span, pools, span
-from sweepq.queue.forecast_spans import Point as Point
+from sweepq.queue.forecast.spans import MIN_SPAN_S as MIN_SPAN_S  # the model's parts, re-exported
+from sweepq.queue.forecast.spans import AttemptSeen, Span, pools, span
+from sweepq.queue.forecast.spans import Point as Point
 from sweepq.queue.states import CLAIMABLE, CellState
 
 #: The cells that take a worker, now or later; the others only lend their measures (`Settled`).

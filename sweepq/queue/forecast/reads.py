@@ -1,4 +1,4 @@
-"""What the forecast (queue/forecast.py) needs of the queue: one read, one query per kind of row.
+"""What the forecast (queue/forecast/model.py) needs of the queue: one read, one query per kind of row.
 
 It runs at every refresh of a live view, on sweeps of any size. The cells that take a worker
 (running, interrupted, queued) are read one by one, as narrow tuples (no JSON column), with their
@@ -6,10 +6,10 @@ attempts and one checkpoint aggregate per attempt; the fresh ones among them (qu
 no back-off: most of a large sweep's queue) as four bare values each, since all the forecast needs
 of them is where they stand in claim order and their length. The settled cells (most of a large
 sweep) are not read one by one: the database hands back each of their attempts' span
-(queue/forecast.py's `span`, in whole microseconds), kept on the attempt's row when it ended or else
-worked out (queue/span_sql.py), with their lengths summed by group.
+(queue/forecast/model.py's `span`, in whole microseconds), kept on the attempt's row when it ended or else
+worked out (queue/queries.py), with their lengths summed by group.
 
-SQL text on the driver's connection, as queue/status_reads.py's reads (which says why): `status` runs
+SQL text on the driver's connection, as queue/reads.py's reads (which says why): `status` runs
 these without SQLAlchemy.
 """
 
@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sweepq.queue.forecast import UNSETTLED, AttemptSeen, CellSeen, Forecast, Point, Settled, Span, forecast
-from sweepq.queue.rows import utc
-from sweepq.queue.span_sql import SETTLED_SPANS
+from sweepq.queue.forecast.model import UNSETTLED, AttemptSeen, CellSeen, Forecast, Point, Settled, Span, forecast
+from sweepq.queue.queries import SETTLED_SPANS
+from sweepq.queue.reads import Driver, StatusReads, in_lists, stall_floor
+from sweepq.queue.records import utc
 from sweepq.queue.states import CellState, CheckpointState, Reason
-from sweepq.queue.status_reads import Driver, StatusReads, in_lists, stall_floor
 
 _UNSETTLED = ", ".join(sorted(f"'{s}'" for s in UNSETTLED))
 
