@@ -1,4 +1,5 @@
-"""The `Run` object that training code receives: restore, checkpoint, log, should_stop.
+"""The `Run` object that training code receives: restore, checkpoint, log, should_stop; resume_path and
+commit_files for libraries that checkpoint in their own format.
 
     def train(cfg: dict, run: sweepq.Run) -> dict | None:
         state = {"model": model, "optimizer": opt, "loader": loader, "step": 0}
@@ -28,12 +29,14 @@ import torch
 
 from sweepq.attempt import fingerprint
 from sweepq.checkpoint import commit as checkpoint
+from sweepq.checkpoint import files as library_files
 from sweepq.checkpoint import serialize, snapshot, storage
 from sweepq.checkpoint.commit import Committed
 from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.checkpoint.image import Files
+from sweepq.checkpoint.manifest import CheckpointCorrupt
 from sweepq.layout import CellPaths
-from sweepq.run import history_writer, reporter, run_files, signals
+from sweepq.run import history_writer, reporter, signals
 from sweepq.run.cadence import Cadence
 from sweepq.run.committed import CommittedSet
 from sweepq.run.errors import DataError, NonFiniteLoss
@@ -133,7 +136,7 @@ class Run:
         attempt; later calls return the same answer.
         """
         if self._resume is None:
-            self._resume = (run_files.resume(self),)
+            self._resume = (self._resume_files(),)
         return self._resume[0]
 
     def commit_files(self, step: int, files: Path | dict[str, Path], metrics: dict[str, Any] | None = None) -> bool:
@@ -143,7 +146,7 @@ class Run:
         They are copied (the library may rewrite or delete its own later), hashed
         and fsynced, then committed; retention applies as to run.checkpoint.
         """
-        return run_files.commit(self, int(step), files, metrics or {})
+        return self._commit_files(int(step), files, metrics or {})
 
     def checkpoint_due(self, step: int) -> bool:
         """Whether the sweep's checkpoint policy asks for a checkpoint at `step` (for `commit_files` callers)."""
@@ -330,6 +333,48 @@ class Run:
         self._committed.supersede_after(step - 1, "abandoned: training restarted from an earlier step")
         self._history.sync()  # the points up to this step are on the disk before it commits
         self._after_commit(checkpoint.write_checkpoint(self._checkpoints, step, skeleton, buffers, meta, image))
+
+    # Checkpoints of files another library wrote (resume_path, commit_files): the same
+    # bookkeeping as a state checkpoint (fencing, superseding an abandoned timeline,
+    # retention, the messages the worker records), with the bytes kept as the library
+    # wrote them (checkpoint/files.py). The copy is made on the training thread: the
+    # library just wrote the files synchronously, and may delete or rewrite them as soon
+    # as control returns to it.
+
+    def _resume_files(self) -> Path | None:
+        """The newest verified files checkpoint (within a rollback's limit), reported as the attempt's start."""
+        max_step = self._committed.rollback_limit(self._spec.nan_step)
+        for step in self._checkpoints.steps():
+            if max_step is not None and step > max_step:
+                continue
+            try:
+                found = library_files.verified(self._checkpoints, step)
+            except CheckpointCorrupt as e:
+                self._report_corrupt(step, e.why, self._checkpoints.quarantine(step))
+                continue
+            self._committed.supersede_after(found.step, "abandoned: the attempt resumed from an earlier step")
+            self._resumed_from(found.step, found.manifest_sha256, found.path, found.manifest, max_step is not None)
+            return found.path
+        self._channel.send(Fresh(rollback=max_step is not None, none_verified=bool(self.corrupt)))
+        return None
+
+    def _commit_files(self, step: int, given: Path | dict[str, Path], metrics: dict[str, Any]) -> bool:
+        sources = library_files.sources_of(given)
+        self.last_step = max(self.last_step, step)
+        if metrics:
+            self._check_finite(step, metrics)
+            self._track_best(step, metrics)
+        if step <= self._cadence.last_scheduled:
+            return False
+        t0 = time.perf_counter()
+        self._writer.flush()  # a state checkpoint in flight commits first: commits stay in step order
+        self._committed.supersede_after(step - 1, "abandoned: training restarted from an earlier step")
+        self._history.sync()  # the points up to this step are on the disk before it commits
+        self._after_commit(library_files.write_files_checkpoint(self._checkpoints, step, sources, self._meta(metrics)))
+        self._cadence.last_scheduled = step
+        self._cadence.paused(time.perf_counter() - t0)
+        self._send_log()  # progress shown at least up to the step kept (logs otherwise wait for the next log call)
+        return True
 
     def _meta(self, metrics: dict[str, Any]) -> dict[str, Any]:
         return {
