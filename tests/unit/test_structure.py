@@ -31,8 +31,10 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def import_time_imports(tree: ast.Module, in_functions: bool = False) -> list[ast.Import | ast.ImportFrom]:
-    """Imports that can run: never those under `if TYPE_CHECKING:`; inside functions only when asked."""
+def import_time_imports(
+    tree: ast.Module, in_functions: bool = False, type_checking: bool = False
+) -> list[ast.Import | ast.ImportFrom]:
+    """Imports that can run; inside functions and under `if TYPE_CHECKING:` only when asked."""
     found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(nodes: list[ast.stmt]) -> None:
@@ -43,6 +45,8 @@ def import_time_imports(tree: ast.Module, in_functions: bool = False) -> list[as
                 if in_functions:
                     visit(node.body)
             elif isinstance(node, ast.If) and _is_type_checking(node.test):
+                if type_checking:
+                    visit(node.body)
                 visit(node.orelse)
             else:
                 for field in ("body", "orelse", "finalbody", "handlers", "cases"):
@@ -62,11 +66,12 @@ def _known(name: str) -> str | None:
     return name or None
 
 
-def imports_of(module: str, in_functions: bool = False) -> set[str]:
+def imports_of(module: str, in_functions: bool = False, type_checking: bool = False) -> set[str]:
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     edges: set[str] = set()
-    for node in import_time_imports(ast.parse(path.read_text(encoding="utf-8"), str(path)), in_functions):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in import_time_imports(tree, in_functions, type_checking):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -160,6 +165,17 @@ def test_only_import_time_imports_count() -> None:
         "g",
         "h",
     ]
+    found = import_time_imports(ast.parse(PLANTED), in_functions=True, type_checking=True)
+    assert [n.names[0].name if isinstance(n, ast.Import) else n.module for n in found] == [
+        "a",
+        "typing",
+        "b",
+        "c",
+        "d",
+        "e",
+        "g",
+        "h",
+    ]
 
 
 def test_the_import_graph_sees_the_package() -> None:
@@ -174,10 +190,15 @@ def test_cycle_finder_finds_a_planted_cycle() -> None:
     assert find_cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize("in_functions", [False, True], ids=["module-level", "with-function-level"])
-def test_no_import_cycles(in_functions: bool) -> None:
-    """Not even through an import inside a function: a lazy import that closes a cycle is still a cycle."""
-    graph = {m: imports_of(m, in_functions) for m in MODULES}
+@pytest.mark.parametrize(
+    ("in_functions", "type_checking"),
+    [(False, False), (True, False), (True, True)],
+    ids=["module-level", "with-function-level", "with-type-checking"],
+)
+def test_no_import_cycles(in_functions: bool, type_checking: bool) -> None:
+    """Not even through an import inside a function or under `if TYPE_CHECKING:`: a lazy import that
+    closes a cycle is still a cycle, and so is a type annotation's (the two modules are one concept)."""
+    graph = {m: imports_of(m, in_functions, type_checking) for m in MODULES}
     cycles = find_cycles(graph)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
