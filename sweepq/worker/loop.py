@@ -19,7 +19,6 @@ from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
-from sweepq import procs
 from sweepq.atomic import atomic_write_json, read_json
 from sweepq.evidence import Evidence, Intent, Witness
 from sweepq.layout import CellPaths
@@ -34,7 +33,7 @@ from sweepq.spec.sweep import Settings
 from sweepq.tails import tail_file
 from sweepq.wire import channel as chan
 from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
-from sweepq.worker import diskfull, gate, usage, usage_text
+from sweepq.worker import diskfull, gate, strays, usage, usage_text
 from sweepq.worker.memory import OomCounters, judge_sigkill
 from sweepq.worker.progress import Progress
 from sweepq.worker.starter import Child, Launch, Starter, become_subreaper
@@ -164,7 +163,7 @@ class Worker:
         progress.flush(self.store, paths, claim.number)
         outcome = self._outcome(claim, paths, progress, intent, status, rusage, before)
         outcome.usage = used
-        for words in (usage_text.low_gpu_flag(used), procs.ended_words(left) if left else None):
+        for words in (usage_text.low_gpu_flag(used), strays.ended_words(left) if left else None):
             if words:
                 outcome.note = f"{outcome.note}; {words}" if outcome.note else words
         _keep_usage(paths, claim.number, used, left)
@@ -174,7 +173,7 @@ class Worker:
         assert self.starter is not None
         self.starter.reap()  # what the attempt's own children left, adopted by this worker
 
-    def _end_leftovers(self, claim: Claim, owner: liveness.Ownership, progress: Progress) -> list[procs.Ended]:
+    def _end_leftovers(self, claim: Claim, owner: liveness.Ownership, progress: Progress) -> list[strays.Ended]:
         """End every process the exited attempt left running, before its cell is closed and released.
 
         A helper forked by the training code (multiprocessing, DataLoader workers, a daemon that
@@ -191,13 +190,13 @@ class Worker:
             fds = owner.handoff().fds
         except liveness.OwnershipLost:
             fds = ()
-        others, keepers = procs.log_keepers(procs.leftovers(spare, self.child.pid, fds[0] if fds else None))
-        left = procs.end_processes(others)
-        left += procs.wait_then_end(keepers)  # each finishes by itself, its logs copied, once the rest is gone
+        others, keepers = strays.log_keepers(strays.leftovers(spare, self.child.pid, fds[0] if fds else None))
+        left = strays.end_processes(others)
+        left += strays.wait_then_end(keepers)  # each finishes by itself, its logs copied, once the rest is gone
         assert self.starter is not None
         self.starter.reap()  # the zombies of those that were this worker's (adopted) children
         if left:
-            diskfull.say(f"sweepq: attempt {claim.number} of {claim.cell}: {procs.ended_words(left)}")
+            diskfull.say(f"sweepq: attempt {claim.number} of {claim.cell}: {strays.ended_words(left)}")
             detail = {"attempt": claim.number, "processes": [e.to_json() for e in left]}
             progress.events.append((LEFTOVERS_EVENT, detail))
         return left
@@ -221,15 +220,15 @@ class Worker:
             if rec is None or rec.host != self.info.host or rec.seen_at is None:
                 continue  # another machine's (its lock is not seen here), or not yet flushed once
             last = rec.seen_at.timestamp()
-            if procs.alive_since(rec.pid, last) or procs.alive_since(rec.worker_pid, last):
+            if strays.alive_since(rec.pid, last) or strays.alive_since(rec.worker_pid, last):
                 continue
             folder = CellPaths(self.root, cell).lock
             holders = [h.pid for h in lock.holders(folder, exclude=(os.getpid(),))]
             if not holders:
                 continue
-            left = procs.end_processes(holders)
+            left = strays.end_processes(holders)
             if left:
-                diskfull.say(f"sweepq: attempt {number} of {cell} (its processes dead): {procs.ended_words(left)}")
+                diskfull.say(f"sweepq: attempt {number} of {cell} (its processes dead): {strays.ended_words(left)}")
                 detail = {"attempt": number, "processes": [e.to_json() for e in left], "after": "its processes died"}
                 self.store.add_event(cell, LEFTOVERS_EVENT, detail)
 
@@ -393,7 +392,7 @@ def _sampled(progress: Progress, sampler: usage.Sampler, number: int, live: dict
         progress.events.append((usage.LOW_GPU_EVENT, {"attempt": number, **flag}))
 
 
-def _keep_usage(paths: CellPaths, number: int, used: dict[str, Any], left: list[procs.Ended]) -> None:
+def _keep_usage(paths: CellPaths, number: int, used: dict[str, Any], left: list[strays.Ended]) -> None:
     """The receipt the training process wrote before it exited gets what only its worker saw of it:
     the usage, and the processes it left running that the worker ended."""
     path = paths.receipt(number)

@@ -19,8 +19,8 @@ import psutil
 import pytest
 from conftest import cli, cli_json, start, wait_for, write
 
-from sweepq.procs import STRAY_GRACE_S
 from sweepq.worker.loop import POLL_S
+from sweepq.worker.strays import STRAY_GRACE_S
 
 pytestmark = pytest.mark.process
 
