@@ -2,7 +2,7 @@
 
 Plain frozen values, so that the rules stay pure. Who gathers what: the
 exception by sweepq.run.errors, the kernel's OOM counters by
-sweepq.worker.memory, exit statuses, receipts and the outcome file by the
+sweepq.host.memory, exit statuses, receipts and the outcome file by the
 witness itself.
 """
 

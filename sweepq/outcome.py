@@ -377,7 +377,7 @@ REAPER_RULES = (
 )
 # fmt: on
 
-# -- an attempt that printed past its flood limit (attempt/logkeeper.py stopped it) ------------------
+# -- an attempt that printed past its flood limit (host/logkeeper.py stopped it) ------------------
 
 
 def _flooded(e: Evidence) -> bool:

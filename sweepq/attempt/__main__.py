@@ -1,6 +1,6 @@
 """`python -m sweepq.attempt <attempt.json>`: the attempt process (sweepq.attempt.main)."""
 
-from sweepq.run import signals
+from sweepq.host import signals
 
 if __name__ == "__main__":
     # First thing, before main's imports load torch (a second or more): a

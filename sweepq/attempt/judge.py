@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from sweepq.evidence import Evidence, Witness
 from sweepq.outcome import decide
 from sweepq.queue.records import Outcome
-from sweepq.run import signals
+from sweepq.host import signals
 
 
 class Trained(Protocol):

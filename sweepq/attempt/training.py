@@ -21,7 +21,7 @@ from sweepq.run.run import Run
 from sweepq.spec.sweep import Settings
 from sweepq.wire.attempt_spec import AttemptSpec
 from sweepq.wire.channel import Channel
-from sweepq.worker.diskfull import disk_error
+from sweepq.host.diskfull import disk_error
 
 
 def import_entry(train: str, spec_dir: str) -> Any:

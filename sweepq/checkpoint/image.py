@@ -29,7 +29,7 @@ from sweepq.checkpoint import serialize
 from sweepq.checkpoint.diskio import ALIGN
 from sweepq.checkpoint.manifest import TENSORS, shard_name
 from sweepq.checkpoint.serialize import TensorSpec
-from sweepq.procs import usable_cores
+from sweepq.host.procs import usable_cores
 
 HASH_THREADS_MAX = 8  # shards of a large state's tensors hashed at once, at most
 HEADER_ROOM = 4096  # header bytes kept for the tensors added at write time

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from sweepq.checkpoint.image import Files
-from sweepq.procs import usable_cores
+from sweepq.host.procs import usable_cores
 
 TensorKey = tuple[int, int, torch.dtype]  # data_ptr, numel, dtype: the same memory under any alias
 

@@ -57,7 +57,7 @@ def friendly(fn: F) -> F:
 
 def _disk_words(e: BaseException, spec: Any, root: Any) -> str | None:
     """'disk full on ...' when `e` is the machine's disk refusing a write (a file, or the queue)."""
-    from sweepq.worker import diskfull  # only on this path: the CLI starts without it
+    from sweepq.host import diskfull  # only on this path: the CLI starts without it
 
     found = diskfull.disk_error(e)
     if found is not None:

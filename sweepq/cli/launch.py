@@ -32,7 +32,7 @@ from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
 from sweepq.worker import gate
 from sweepq.worker import usage_text
-from sweepq.worker.diskfull import EXIT_DISK_FULL, workers_stopped
+from sweepq.host.diskfull import EXIT_DISK_FULL, workers_stopped
 from sweepq.layout import RootPaths
 from sweepq.queue import reconcile
 from sweepq.queue.database import Database

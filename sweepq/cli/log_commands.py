@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 
 import click
 
-from sweepq.attempt.logkeeper import ENV_KEEP
+from sweepq.host.logkeeper import ENV_KEEP
 from sweepq.cli.app import friendly, main, root_option, sqlite_reading
 from sweepq.cli.read_commands import cell_and_place, one_cell, place_argument
 from sweepq.cli.visible import VisibleWriter, visible
@@ -26,7 +26,7 @@ from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord
 from sweepq.queue.states import CellState
 from sweepq.results import spelling
-from sweepq.tails import tail_file
+from sweepq.host.tails import tail_file
 
 ATTEMPT_MAX = 2**63 - 1  # attempt numbers are SQLite INTEGERs: a larger N names no attempt (nor can be asked)
 
@@ -116,7 +116,7 @@ class _Log:
             size = self.path.stat().st_size
         except FileNotFoundError:
             return False
-        return size != self.offset  # shorter: its keeper dropped its middle (attempt/logkeeper.py)
+        return size != self.offset  # shorter: its keeper dropped its middle (host/logkeeper.py)
 
     def copy_new(self, out: BinaryIO) -> bytes:
         """Write what was added since the last call; returns its last byte (b"" when nothing).

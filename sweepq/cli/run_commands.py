@@ -158,7 +158,7 @@ def launch_cmd(
 def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | None) -> None:
     """Run one worker on an existing sweep root (for other machines and schedulers)."""
     from sweepq.cli.roots import resolve_root
-    from sweepq.procs import die_with_parent
+    from sweepq.host.procs import die_with_parent
     from sweepq.worker.loop import Worker
     from sweepq.queue.database import Database
 

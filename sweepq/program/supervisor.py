@@ -35,23 +35,23 @@ from pathlib import Path
 from typing import Any
 
 from sweepq import layout
-from sweepq.attempt import logkeeper
+from sweepq.host import logkeeper
 from sweepq.checkpoint import storage
 from sweepq.checkpoint.manifest import CheckpointTooNew
 from sweepq.errors import SpecError
 from sweepq.evidence import Evidence, Report, Witness, as_int, as_text
 from sweepq.layout import CellPaths
 from sweepq.outcome import EXIT_PREEMPTED, FAILURES, decide
-from sweepq.procs import pidfd
+from sweepq.host.procs import pidfd
 from sweepq.program.launch import ENV, prepare, program_env, shell_join
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
-from sweepq.run import signals
+from sweepq.host import signals
 from sweepq.spec.sweep import Settings
-from sweepq.tails import tail_file
+from sweepq.host.tails import tail_file
 from sweepq.wire.attempt_spec import AttemptSpec
 from sweepq.wire.channel import Channel
-from sweepq.worker.memory import OomCounters, judge_sigkill
+from sweepq.host.memory import OomCounters, judge_sigkill
 
 #: Keys of the outcome file that sweepq reads (others are kept out of the receipt).
 OUTCOME_KEYS = (

@@ -21,7 +21,7 @@ from sweepq.evidence import Evidence, Witness
 from sweepq.outcome import decide
 from sweepq.program.launch import ENV
 from sweepq.queue.records import Outcome
-from sweepq.run import signals
+from sweepq.host import signals
 from sweepq.run.errors import raised
 
 

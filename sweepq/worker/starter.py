@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweepq.wire import template as wire
-from sweepq.worker import diskfull, proctitle
+from sweepq.host import diskfull
+from sweepq.worker import proctitle
 
 ENV_START = "SWEEPQ_START"  # "fresh": every attempt in a new interpreter, whatever the sweep file says
 PR_SET_CHILD_SUBREAPER = 36

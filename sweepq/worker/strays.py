@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweepq.attempt import logkeeper
+from sweepq.host import logkeeper
 from sweepq.queue import lock
 
 STRAY_GRACE_S = 5.0  # a leftover process SIGTERMed gets this long to exit before its SIGKILL
@@ -73,7 +73,7 @@ LOG_KEEPER = os.path.abspath(logkeeper.__file__)  # as the keeper starts itself
 
 def log_keepers(pids: list[int]) -> tuple[list[int], list[int]]:
     """(the others, the attempt's own log keepers): a keeper finishes by itself once its attempt is gone
-    (attempt/logkeeper.py), after copying what the pipes still hold; it is waited for, not ended."""
+    (host/logkeeper.py), after copying what the pipes still hold; it is waited for, not ended."""
     keepers = [pid for pid in pids if LOG_KEEPER in _command_of(pid)]
     return [pid for pid in pids if pid not in keepers], keepers
 

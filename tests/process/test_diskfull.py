@@ -31,7 +31,7 @@ import pytest
 from conftest import cli, env_with, start, trainer_of, wait_for, write
 from unit.smallfs import SmallDisk, small_disk
 
-from sweepq.worker.diskfull import RESERVE_BYTES
+from sweepq.host.diskfull import RESERVE_BYTES
 from sweepq.layout import CellPaths
 
 STEPS = 60

@@ -26,7 +26,7 @@ import pytest
 from conftest import cli, cli_json, write
 from unit.smallfs import SmallDisk, small_disk
 
-from sweepq.attempt.logkeeper import ENV_FLOOD, ENV_KEEP
+from sweepq.host.logkeeper import ENV_FLOOD, ENV_KEEP
 
 pytestmark = pytest.mark.process
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import HERE, cli, cli_json, write
 
-from sweepq.attempt.fingerprint import file_sha256
+from sweepq.run.fingerprint import file_sha256
 
 SPEC = """
 name: reasons

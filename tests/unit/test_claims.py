@@ -18,7 +18,7 @@ from sqlalchemy import event, inspect
 from sqlalchemy.exc import OperationalError
 
 from sweepq.errors import UsageError
-from sweepq.worker import diskfull
+from sweepq.host import diskfull
 from sweepq.layout import CellPaths, RootPaths
 from sweepq.queue import database as db
 from sweepq.queue import liveness, lock

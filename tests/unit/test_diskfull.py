@@ -16,7 +16,7 @@ from sqlalchemy.exc import OperationalError
 
 from sweepq.checkpoint.commit import AsyncWriter
 from sweepq.evidence import Kind
-from sweepq.worker import diskfull
+from sweepq.host import diskfull
 from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE
 from sweepq.run.errors import raised
 from sweepq.layout import CellPaths

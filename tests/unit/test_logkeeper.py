@@ -1,4 +1,4 @@
-"""An attempt's bounded logs (attempt/logkeeper.py), on real files: head, one line, tail."""
+"""An attempt's bounded logs (host/logkeeper.py), on real files: head, one line, tail."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from sweepq.attempt.logkeeper import BoundedLog, Limits
+from sweepq.host.logkeeper import BoundedLog, Limits
 
 KEEP = 1000
 

@@ -209,7 +209,7 @@ import sweepq.cli.main
 cli_imports_torch = "torch" in sys.modules
 # What the attempt process of a program cell runs before and after its program: no torch either.
 from sweepq.attempt import main as attempt
-from sweepq.attempt import fingerprint
+from sweepq.run import fingerprint
 from sweepq.run import metrics
 from sweepq.program import supervisor as program
 attempt.gpus_seen(), attempt.peak_memory(), fingerprint.environment(), metrics.plain({"loss": 1.0})

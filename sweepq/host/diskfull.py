@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from sweepq.atomic import atomic_write_json
-from sweepq.attempt.logkeeper import size_text  # one wording of sizes (the keeper imports no sweepq)
+from sweepq.host.logkeeper import size_text  # one wording of sizes (the keeper imports no sweepq)
 from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE
 
 #: The errors that mean "this disk takes nothing more", and how each is said.
