@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from sweepq.evidence import Evidence, Witness
+from sweepq.host import signals
 from sweepq.outcome import decide
 from sweepq.queue.records import Outcome
-from sweepq.host import signals
 
 
 class Trained(Protocol):

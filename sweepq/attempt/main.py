@@ -19,26 +19,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweepq.run import fingerprint
-from sweepq.host import logkeeper
 from sweepq.attempt.judge import Trained, judged
 from sweepq.checkpoint import marker, storage
 from sweepq.checkpoint.fenced import FencedStorage
+from sweepq.host import logkeeper, signals
+from sweepq.host.diskfull import Reserve, disk_error, guard_streams, write_receipt
+from sweepq.host.procs import die_with_parent, orphaned
 from sweepq.layout import CellPaths
 from sweepq.outcome import EXIT_PREEMPTED
-from sweepq.host.procs import die_with_parent, orphaned
 from sweepq.program import supervisor as program
 from sweepq.queue import liveness
 from sweepq.queue.fence import Fence, Fenced
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
-from sweepq.host import signals
+from sweepq.run import fingerprint
 from sweepq.run.errors import raised
 from sweepq.spec.sweep import Settings
 from sweepq.wire.attempt_spec import AttemptSpec
 from sweepq.wire.channel import Channel
 from sweepq.wire.messages import Ended, Started
-from sweepq.host.diskfull import Reserve, disk_error, guard_streams, write_receipt
 
 EXIT_CODES = {Reason.COMPLETED: 0, Reason.PREEMPTED: EXIT_PREEMPTED}  # EX_TEMPFAIL: "run me again"
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from sweepq.attempt.judge import judged
 from sweepq.checkpoint.fenced import FenceCheck
+from sweepq.host.diskfull import disk_error
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
 from sweepq.run.errors import raised
@@ -21,7 +22,6 @@ from sweepq.run.run import Run
 from sweepq.spec.sweep import Settings
 from sweepq.wire.attempt_spec import AttemptSpec
 from sweepq.wire.channel import Channel
-from sweepq.host.diskfull import disk_error
 
 
 def import_entry(train: str, spec_dir: str) -> Any:

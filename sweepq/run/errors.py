@@ -11,8 +11,8 @@ import sys
 import traceback
 
 from sweepq.evidence import Kind, Raised
-from sweepq.host.tails import tail
 from sweepq.host.diskfull import describe, disk_error
+from sweepq.host.tails import tail
 
 
 class DataError(Exception):

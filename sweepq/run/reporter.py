@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 from sweepq.atomic import atomic_write_json
 from sweepq.evidence import Evidence, Witness
+from sweepq.host import signals
 from sweepq.outcome import decide
 from sweepq.program.launch import ENV
 from sweepq.queue.records import Outcome
-from sweepq.host import signals
 from sweepq.run.errors import raised
 
 

@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-from sweepq.run import fingerprint
 from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import files as library_files
 from sweepq.checkpoint import serialize, snapshot, storage
@@ -35,9 +34,9 @@ from sweepq.checkpoint.commit import Committed
 from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.checkpoint.image import Files
 from sweepq.checkpoint.manifest import CheckpointCorrupt
-from sweepq.layout import CellPaths
-from sweepq.run import history_writer, reporter
 from sweepq.host import signals
+from sweepq.layout import CellPaths
+from sweepq.run import fingerprint, history_writer, reporter
 from sweepq.run.cadence import Cadence
 from sweepq.run.committed import CommittedSet
 from sweepq.run.errors import DataError, NonFiniteLoss

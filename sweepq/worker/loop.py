@@ -21,21 +21,21 @@ from sqlalchemy.exc import OperationalError
 
 from sweepq.atomic import atomic_write_json, read_json
 from sweepq.evidence import Evidence, Intent, Witness
+from sweepq.host import diskfull
+from sweepq.host.memory import OomCounters, judge_sigkill
+from sweepq.host.procs import pidfd
+from sweepq.host.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.outcome import decide
-from sweepq.host.procs import pidfd
 from sweepq.queue import liveness
 from sweepq.queue.reaper import finish_attempt, reap, reconcile_markers
 from sweepq.queue.records import Claim, Outcome, WorkerInfo
 from sweepq.queue.states import Reason
 from sweepq.queue.store import Store
 from sweepq.spec.sweep import Settings
-from sweepq.host.tails import tail_file
 from sweepq.wire import channel as chan
 from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
-from sweepq.host import diskfull
 from sweepq.worker import gate, strays, usage, usage_text
-from sweepq.host.memory import OomCounters, judge_sigkill
 from sweepq.worker.progress import Progress
 from sweepq.worker.starter import Child, Launch, Starter, become_subreaper
 

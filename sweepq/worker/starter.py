@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweepq.wire import template as wire
 from sweepq.host import diskfull
+from sweepq.wire import template as wire
 from sweepq.worker import proctitle
 
 ENV_START = "SWEEPQ_START"  # "fresh": every attempt in a new interpreter, whatever the sweep file says

@@ -36,8 +36,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sweepq.host.procs import die_with_parent
 from sweepq.host import signals
+from sweepq.host.procs import die_with_parent
 from sweepq.wire import template as wire
 from sweepq.worker import proctitle
 
@@ -77,10 +77,10 @@ def main(argv: list[str]) -> int:
 
 def _prepare(train: str, spec_dir: str) -> tuple[str | None, list[FileStamp]]:
     """Import what attempts need; None when forks of this process are safe, else why not."""
-    from sweepq.run import fingerprint
     from sweepq.attempt import main as attempt  # noqa: F401
     from sweepq.program import supervisor as program  # noqa: F401
     from sweepq.queue import fence
+    from sweepq.run import fingerprint
 
     fingerprint.environment()  # platform's answers are cached: each attempt asks again
     fence.warm()
