@@ -15,13 +15,22 @@ The attempt process (program.py) starts the user's program as its child:
   names relative to the sweep file's folder still resolves: such arguments
   are passed as absolute paths (`from_sweep_dir`), and that folder is on
   PYTHONPATH (`python -m pkg.train`). With `workdir: sweep` every cell runs
-  in the sweep file's folder and the command is passed as rendered.
+  in the sweep file's folder and the command is passed as rendered. The
+  sweep's `inputs:` (files a program opens by a fixed relative name, such as
+  nanoGPT's `configurator.py` and `data/`) are linked into the cell's output
+  folder under the names written (`link_inputs`).
+* An attempt that resumes a cell an earlier attempt of it ran in the same
+  working folder gets the sweep's `resume_args:` (a classic script's
+  `--resume`): each started program leaves a note of where it ran in its
+  attempt's folder (`note_started`), which later attempts read.
 * It dies at once (SIGKILL) if the attempt process dies, like in-process
   training would (the launcher, _EXEC).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shlex
@@ -33,6 +42,7 @@ from pathlib import Path
 from sweepq.atomic import atomic_write_bytes, atomic_write_json
 from sweepq.checkpoint import retention, storage
 from sweepq.checkpoint.manifest import CheckpointCorrupt
+from sweepq.errors import SpecError
 from sweepq.layout import CellPaths
 from sweepq.queue import liveness
 from sweepq.spec.command import ENV_BINARY, args_json, render_command
@@ -145,7 +155,15 @@ def prepare(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> Launch:
     args_file = paths.args  # what ${args_json_file} stands for (as `sweepq plan` shows)
     atomic_write_bytes(args_file, args_json(spec.cfg, settings.form).encode())
     paths.outcome(spec.attempt).unlink(missing_ok=True)
-    render = partial(render_command, settings, spec.cfg, args_json_file=str(args_file), environ=os.environ)
+    resume_args = settings.resume_args_of(spec.cell) if ran_here_before(spec, settings, paths) else []
+    render = partial(
+        render_command,
+        settings,
+        spec.cfg,
+        args_json_file=str(args_file),
+        environ=os.environ,
+        resume_args=resume_args,
+    )
     argv = render(cell_dir=str(paths.dir), output_dir=str(paths.output))
     shown = render(cell_dir=str(paths.dir), output_dir=str(paths.output), shown=True)
     env = dict(os.environ)
@@ -155,6 +173,7 @@ def prepare(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> Launch:
     cwd = settings.spec_dir
     if settings.workdir == "output":
         cwd = str(paths.output)
+        link_inputs(settings.inputs, settings.spec_dir, cwd)
         argv, shown = from_sweep_dir(argv, shown, settings.spec_dir, cwd)
         # `python -m pkg.train` imports from the working directory: the sweep folder's modules still import.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), settings.spec_dir) if p)
@@ -167,6 +186,65 @@ def prepare(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> Launch:
     env.update(handoff.env)
     fds = handoff.fds + tuple(int(env[k]) for k in (ENV_CHANNEL_FD,) if env.get(k))
     return Launch(shown, env, fds, cwd, exec_argv=argv)
+
+
+#: In an attempt's folder: where its program ran, written once it started (`note_started`).
+STARTED_NAME = "program_started.json"
+
+
+def _workplace(settings: Settings) -> dict[str, str]:
+    """Where a cell's program runs, as a note compares it: its own output folder, or the sweep's folder."""
+    return {"workdir": "output"} if settings.workdir == "output" else {"workdir": "sweep", "dir": settings.spec_dir}
+
+
+def note_started(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> None:
+    """Say in the attempt's folder that its program started, and where: later attempts of the cell then
+    know that they resume its work there (`ran_here_before`)."""
+    atomic_write_json(paths.attempt_dir(spec.attempt) / STARTED_NAME, _workplace(settings))
+
+
+def ran_here_before(spec: AttemptSpec, settings: Settings, paths: CellPaths) -> bool:
+    """Whether an earlier attempt of the cell started its program where this one runs it.
+
+    A note an attempt could not write or that cannot be read counts as not started: the resume
+    arguments of a classic script (`--init_from=resume`) fail where it left nothing to resume.
+    """
+    here = _workplace(settings)
+    for number in range(spec.attempt - 1, 0, -1):
+        note = paths.attempt_dir(number) / STARTED_NAME
+        try:
+            with open(note, encoding="utf-8") as f:
+                if json.load(f) == here:
+                    return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def link_inputs(inputs: list[str], sweep_dir: str, workdir: str) -> None:
+    """Link each of `inputs` (relative to `sweep_dir`) into `workdir` under the same relative name.
+
+    A link already there is replaced (the sweep folder may have moved); anything else of that name is
+    the program's own file, which sweepq never replaces: a SpecError says so, and the program does not start.
+    """
+    for name in inputs:
+        target = os.path.join(sweep_dir, name)
+        link = os.path.join(workdir, name)
+        if os.path.islink(link):
+            if os.readlink(link) == target:
+                continue
+        elif os.path.lexists(link):
+            raise SpecError(
+                f"inputs: {name!r} cannot be linked into the cell's working folder {workdir}: something of that "
+                "name is there already (the program's own file, which sweepq never replaces). Remove it, or "
+                f"take {name!r} out of `inputs:`"
+            )
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        staged = f"{link}.sweepq-link"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staged)
+        os.symlink(target, staged)
+        os.replace(staged, link)  # atomic: the name always names the old link or the new one
 
 
 def launcher_argv(argv: list[str]) -> list[str]:

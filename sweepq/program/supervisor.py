@@ -35,23 +35,22 @@ from pathlib import Path
 from typing import Any
 
 from sweepq import layout
-from sweepq.host import logkeeper
 from sweepq.checkpoint import storage
 from sweepq.checkpoint.manifest import CheckpointTooNew
 from sweepq.errors import SpecError
 from sweepq.evidence import Evidence, Report, Witness, as_int, as_text
+from sweepq.host import logkeeper, signals
+from sweepq.host.memory import OomCounters, judge_sigkill
+from sweepq.host.procs import pidfd
+from sweepq.host.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.outcome import EXIT_PREEMPTED, FAILURES, decide
-from sweepq.host.procs import pidfd
-from sweepq.program.launch import ENV, prepare, program_env, shell_join
+from sweepq.program.launch import ENV, note_started, prepare, program_env, shell_join
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
-from sweepq.host import signals
 from sweepq.spec.sweep import Settings
-from sweepq.host.tails import tail_file
 from sweepq.wire.attempt_spec import AttemptSpec
 from sweepq.wire.channel import Channel
-from sweepq.host.memory import OomCounters, judge_sigkill
 
 #: Keys of the outcome file that sweepq reads (others are kept out of the receipt).
 OUTCOME_KEYS = (
@@ -102,6 +101,7 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
     except OSError as e:
         argv0 = launch.argv[0]
         return _not_started(f"could not start {argv0!r}", f"{argv0}: {e}"), None
+    note_started(spec, settings, paths)  # a later attempt of the cell resumes its work (resume_args:)
     status, rusage, forwarded, killed = _supervise(proc)
     peak = int(rusage.ru_maxrss) * 1024
     bad: str | None = None

@@ -16,11 +16,18 @@ spelled as the agent receives them (`2.0` as `2`, mapping keys sorted: see
 wandb_command.py). In a W&B file `${args}` gives one flag per top-level key; in
 the grouped form it gives one flag per leaf path (`--optim.lr=0.1`), which W&B
 files can ask for with sweepq's `${args_flat}`. `${args_append_hydra}` and
-`${args_override_hydra}` are W&B's Hydra styles: `+key=value` and `++key=value`.
+`${args_override_hydra}` are W&B's Hydra styles: `+key=value` and `++key=value`;
+sweepq's `${args_hydra}` prints plain overrides in Hydra's grammar (`db=mysql
+db.user=alice lr=0.1 name=null`), the default for a Hydra app (spec/hydra.py).
+
+`${resume_args}` stands for the sweep's `resume_args:` on an attempt that
+resumes a cell an earlier attempt of it ran, and for nothing otherwise; a
+command without it gets them at its end.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sweepq.errors import SpecError
+from sweepq.spec.hydra import hydra_value
 from sweepq.spec.wandb_command import as_agent_gets
 
 if TYPE_CHECKING:
@@ -48,11 +56,12 @@ ARGS_MACROS = frozenset(
         "args_json",
         "args_json_file",
         "args_flat",
+        "args_hydra",
     }
 )
 #: sweepq's macros naming a folder: they may sit inside a longer token too.
 PLACE_MACROS = frozenset({"output_dir", "cell_dir", "sweep_dir"})
-MACROS = ARGS_MACROS | PLACE_MACROS | {"env", "interpreter", "program"}
+MACROS = ARGS_MACROS | PLACE_MACROS | {"env", "interpreter", "program", "resume_args"}
 
 #: Variables sweepq sets per cell in the program's environment, and the macro a command uses instead.
 PER_CELL_VARIABLES = {
@@ -120,6 +129,11 @@ def _token_problem(position: int, token: str) -> CommandProblem | None:
     return None
 
 
+def runs_as_module(tokens: Sequence[str]) -> bool:
+    """Whether the command runs `${program}` as a module (`python -m ${program}`)."""
+    return any(token == "-m" and after == "${program}" for token, after in itertools.pairwise(tokens))
+
+
 def command_uses_args(tokens: Sequence[str]) -> bool:
     """True when some token hands the cell's parameters to the program."""
     return any(_whole_macro(token) in ARGS_MACROS for token in tokens)
@@ -134,13 +148,16 @@ def render_command(
     shown: bool = False,
     cell_dir: str | None = None,
     output_dir: str | None = None,
+    resume_args: Sequence[str] = (),
 ) -> list[str]:
     """The argv of one cell: the sweep's command template with its macros expanded.
 
     `args_json_file` is the path `${args_json_file}` stands for (the caller writes
     `args_json(cfg)` there); `cell_dir` and `output_dir` the folders `${cell_dir}`
     and `${output_dir}` stand for (a caller that leaves them out renders commands
-    without them). `shown`: the command as sweepq may print or store it, every
+    without them). `resume_args`: the tokens `${resume_args}` stands for (at the
+    command's end when it has no such token), given only to an attempt that
+    resumes (the caller decides). `shown`: the command as sweepq may print or store it, every
     `${envvar:NAME}` value replaced by SECRET (a token, a password): the real
     values go only to the program. Raises SpecError for an unset `${envvar:NAME}`,
     a `${program}` without a program, or an invalid template.
@@ -151,10 +168,14 @@ def render_command(
         first = problems[0]
         raise SpecError(f"sweep {settings.name!r}: command token {first.position}: {first.problem}. {first.fix}.")
     places = {"output_dir": output_dir, "cell_dir": cell_dir, "sweep_dir": settings.spec_dir}
+    if resume_args and "${resume_args}" not in tokens:
+        tokens.append("${resume_args}")
     argv: list[str] = []
     for token in tokens:
         name = _whole_macro(token)
-        if name is not None and name in MACROS and name not in PLACE_MACROS:
+        if name == "resume_args":
+            argv.extend(_substitute(arg, environ, places, settings.name, shown) for arg in resume_args)
+        elif name is not None and name in MACROS and name not in PLACE_MACROS:
             argv.extend(_expand(name, settings, cfg, args_json_file))
         else:
             argv.append(_substitute(token, environ, places, settings.name, shown))
@@ -268,6 +289,10 @@ def _flags_append_hydra(items: list[tuple[str, Any]]) -> list[str]:
     return [f"+{name}={value}" for name, value in items]
 
 
+def _flags_hydra(items: list[tuple[str, Any]]) -> list[str]:
+    return [f"{name}={hydra_value(value)}" for name, value in items]
+
+
 def _flags_override_hydra(items: list[tuple[str, Any]]) -> list[str]:
     return [f"++{name}={value}" for name, value in items]
 
@@ -287,6 +312,7 @@ _FLAG_STYLES = {
     "args_no_equals": _flags_no_equals,
     "args_append_hydra": _flags_append_hydra,
     "args_override_hydra": _flags_override_hydra,
+    "args_hydra": _flags_hydra,
 }
 
 __all__ = [
@@ -304,4 +330,5 @@ __all__ = [
     "command_uses_args",
     "flat_items",
     "render_command",
+    "runs_as_module",
 ]

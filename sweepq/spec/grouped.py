@@ -7,6 +7,12 @@ grids, and expands them into cells; the run settings (`train:`/`program:`,
 Where the sweep-file specification (docs/sweep-format.md) leaves it open:
 * every key in `params` and `grid` is a dotted path (`optim.lr` and
   `optim: {lr: ...}` are the same path), so a key can't contain a literal dot;
+* in a `train:` sweep a path can't be both a value and a mapping (`optim: sgd`
+  with `optim.lr`); a `program:` sweep may have both, as Hydra's everyday
+  `db=mysql db.user=alice` does (a group choice and a key inside it): the cfg
+  then holds the value under its key and each path below it as one dotted key
+  beside it (`{"db": "mysql", "db.user": "alice"}`), which every args macro
+  prints as `db=mysql db.user=alice` (`_beside_values`);
 * a path written in both the top-level `params` and a top-level `grid` is an
   error, like the same path in a group's `params` and `grid` (the grid always wins);
 * a grid is a mapping of paths to non-empty lists; `grid: {}` is an error (leave
@@ -18,6 +24,7 @@ Where the sweep-file specification (docs/sweep-format.md) leaves it open:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +33,7 @@ from typing import Any
 
 from sweepq.errors import SpecError
 from sweepq.spec.expand import Grid, Slot, expand
-from sweepq.spec.grouped_settings import grouped_settings
+from sweepq.spec.grouped_settings import grouped_settings, read_resume_args
 from sweepq.spec.limits import count_values, expansion_problem
 from sweepq.spec.read import (
     GROUP_NAME,
@@ -67,8 +74,10 @@ GROUPED_KEYS = (
     "grid",
     "max_attempt_seconds",
     "data",
+    "resume_args",
+    "inputs",
 )
-GROUP_KEYS = ("name", "description", "params", "grid")
+GROUP_KEYS = ("name", "description", "params", "grid", "resume_args")
 _GROUP_NAME_RULE = (
     "Use a name like q2 or adamw: letters, digits, '_' and '-', starting with a letter or '_' "
     "(so it can't be mistaken for a cell id or a pattern)"
@@ -93,6 +102,7 @@ class _Group:
     spec: GroupSpec
     params: dict[Path_, _Leaf]
     axes: list[_Axis]
+    resume_args: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -108,7 +118,26 @@ class _Group:
         paths: dict[Path_, Any] = {path: leaf.value for path, leaf in sweep_params.items()}
         paths.update((path, leaf.value) for path, leaf in self.params.items())
         paths.update((axis.path, Slot(number)) for number, axis in enumerate(self.axes))
-        return Grid(self.spec, paths, [axis.values for axis in self.axes])
+        return Grid(self.spec, _beside_values(paths), [axis.values for axis in self.axes])
+
+
+def _beside_values(paths: dict[Path_, Any]) -> dict[Path_, Any]:
+    """The paths with each one below a value (`db.user` below `db: mysql`) made one dotted key beside it.
+
+    Only a `program:` sweep has such paths (the parse refuses them elsewhere). The
+    shortest path that is a value wins: `db`, `db.user` and `db.user.x` give the
+    keys `db`, `db.user` and `db.user.x` of one mapping.
+    """
+    if len(paths) < 2:
+        return paths
+    moved: dict[Path_, Any] = {}
+    for path, value in paths.items():
+        for end in range(1, len(path)):
+            if path[:end] in paths:
+                path = (*path[: end - 1], ".".join(path[end - 1 :]))
+                break
+        moved[path] = value
+    return moved
 
 
 def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
@@ -121,9 +150,20 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
         )
     written_name = sweep_name(ctx, data)
     settings = grouped_settings(ctx, data, written_name or ctx.path.stem)
+    ctx.keys_inside_values = settings.program is not None
     max_cells = read_int(ctx, data.get("max_cells", DEFAULT_MAX_CELLS), "max_cells", minimum=1)
     sweep_params = _read_params(ctx, data.get("params"), "params")
     groups = _read_groups(ctx, data, written_name, sweep_params)
+    group_resume_args = {str(group.spec.number): group.resume_args for group in groups if group.resume_args}
+    if group_resume_args:
+        if settings.program is None:
+            first = next(group for group in groups if group.resume_args)
+            raise ctx.error(
+                f"groups[{first.spec.number}].resume_args",
+                "`resume_args:` only applies to `program:` sweeps (a train function resumes with run.restore)",
+                "Remove it, or use `program:` instead of `train:`",
+            )
+        settings = dataclasses.replace(settings, group_resume_args=group_resume_args)
     _check_cell_count(ctx, groups, max_cells)
     _check_values(ctx, groups, sweep_params)
     grids = [group.grid(sweep_params) for group in groups]
@@ -198,7 +238,8 @@ def _prefix_error(ctx: SpecContext, where: str, other: str) -> SpecError:
         where,
         f"conflicts with {other}: one path can't be both a value and a mapping of values "
         "(like `optim: sgd` together with `optim.lr`)",
-        "Rename one of them, or turn the value into a mapping with its own key (optim.name: sgd)",
+        "Rename one of them, or turn the value into a mapping with its own key (optim.name: sgd). "
+        "(A `program:` sweep may have both, as Hydra's db=mysql db.user=alice: its program gets each as written)",
     )
 
 
@@ -242,7 +283,7 @@ def _collect_params(
         if other is not None:
             raise ctx.error(place, f"sets the same parameter as {other}", "Write it once")
         other = table.prefix_clash(path)
-        if other is not None:
+        if other is not None and not ctx.keys_inside_values:
             raise _prefix_error(ctx, place, other)
         check_json_value(ctx, value, place)
         ctx.warn_numeric_strings(value, place)
@@ -264,7 +305,7 @@ def _read_grid(ctx: SpecContext, value: Any, where: str) -> list[_Axis]:
         place = f"{where}.{key}"
         _check_axis_values(ctx, values, place, key)
         other = table.prefix_clash(path)
-        if other is not None:
+        if other is not None and not ctx.keys_inside_values:
             raise _prefix_error(ctx, place, other)
         table.add(path, place)
         axes.append(_Axis(path, values, place))
@@ -338,12 +379,13 @@ def _read_group(
     base = _PathTable(sweep_params)
     for path, leaf in params.items():
         other = base.prefix_clash(path)
-        if other is not None:
+        if other is not None and not ctx.keys_inside_values:
             raise _prefix_error(ctx, leaf.where, other)
     axes = _read_grid(ctx, item["grid"], f"{where}.grid") if "grid" in item else []
     _check_grid_against_params(ctx, axes, params, same_is_error=True)
     _check_grid_against_params(ctx, axes, sweep_params, same_is_error=False)
-    return _Group(GroupSpec(number, name, optional_str(ctx, item, "description", where)), params, axes)
+    resume_args = read_resume_args(ctx, item.get("resume_args"), f"{where}.resume_args")
+    return _Group(GroupSpec(number, name, optional_str(ctx, item, "description", where)), params, axes, resume_args)
 
 
 def _read_group_name(ctx: SpecContext, item: dict, where: str, names: dict[str, int]) -> str:
@@ -380,5 +422,5 @@ def _check_grid_against_params(
                 f"Remove it from {other}",
             )
         other = table.prefix_clash(axis.path)
-        if other is not None:
+        if other is not None and not ctx.keys_inside_values:
             raise _prefix_error(ctx, axis.where, other)

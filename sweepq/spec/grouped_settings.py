@@ -1,16 +1,20 @@
 """Run settings of the grouped sweep form: what to run and how.
 
 `grouped_settings` reads the entry point (`train:`, or `program:` with
-`command:`, `interpreter:`, `workdir:` and `done_when:`), `checkpoint:`,
+`command:`, `interpreter:`, `workdir:`, `done_when:`, `resume_args:` and
+`inputs:`), `checkpoint:`,
 `metric:`, `retries:`, `max_attempt_seconds:` and `data:` into the `Settings`
 a worker runs cells with.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, cast
 
+from sweepq.spec.command import ARGS_MACROS, CommandProblem, check_command, runs_as_module
+from sweepq.spec.hydra import HYDRA_COMMAND, is_hydra_app, module_file
 from sweepq.spec.read import (
     SpecContext,
     check_keys,
@@ -40,7 +44,16 @@ from sweepq.spec.types import (
 )
 
 #: Keys that only a `program:` sweep may have.
-PROGRAM_KEYS = ("command", "interpreter", "workdir", "done_when")
+PROGRAM_KEYS = ("command", "interpreter", "workdir", "done_when", "resume_args", "inputs")
+#: Args macros whose flags start with hyphens (`--db=mysql`), which a Hydra app refuses.
+_HYPHEN_ARGS = ARGS_MACROS - {
+    "args_no_hyphens",
+    "args_append_hydra",
+    "args_override_hydra",
+    "args_hydra",
+    "args_json",
+    "args_json_file",
+}
 CHECKPOINT_KEYS = ("every_steps", "every_seconds", "keep_last", "keep_best", "overlap")
 METRIC_KEYS = ("name", "goal")
 GOALS = {"max": "max", "min": "min", "maximize": "max", "minimize": "min"}
@@ -62,6 +75,15 @@ def grouped_settings(ctx: SpecContext, data: dict, name: str) -> Settings:
             "share it and their relative outputs (model.pt, ./lightning_logs) may collide. Leave workdir out (each "
             "cell runs in its own output folder) or launch with --workers 1",
         )
+    inputs = _read_inputs(ctx, data.get("inputs"))
+    if inputs and workdir == "sweep":
+        ctx.warn(
+            "inputs",
+            "with workdir: sweep every program runs in the sweep file's folder, where it finds these already: "
+            "`inputs:` only links them into each cell's output folder under the default workdir: output",
+        )
+    if program is not None:
+        command = _hydra_command(ctx, program, command)
     return Settings(
         name=name,
         form="grouped",
@@ -78,7 +100,93 @@ def grouped_settings(ctx: SpecContext, data: dict, name: str) -> Settings:
         workdir=workdir,
         done_when=cast(DoneWhen, _read_choice(ctx, data, "done_when", DONE_WHEN)),
         start=cast(Start, _read_choice(ctx, data, "start", STARTS)),
+        resume_args=read_resume_args(ctx, data.get("resume_args"), "resume_args"),
+        inputs=inputs,
     )
+
+
+def read_resume_args(ctx: SpecContext, value: Any, where: str) -> list[str]:
+    """`resume_args:` (of the sweep, or of a group at `where`): a list of command tokens."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
+        raise ctx.error(
+            where,
+            f"expected a non-empty list of arguments, got {describe(value)}",
+            "Write the arguments a resuming attempt adds to the command, e.g. resume_args: [--resume] or "
+            "resume_args: [--init_from=resume]",
+        )
+    for item in value:
+        check_no_nul(ctx, item, where)
+    problems = check_command(value) + [
+        _not_here(position, token)
+        for position, token in enumerate(value, start=1)
+        if token.startswith("${args") or token in ("${program}", "${env}", "${interpreter}", "${resume_args}")
+    ]
+    if problems:
+        first = problems[0]
+        raise ctx.error(where, f"argument {first.position}: {first.problem}", first.fix)
+    return list(value)
+
+
+def _not_here(position: int, token: str) -> CommandProblem:
+    return CommandProblem(
+        position,
+        token,
+        f"{token} belongs in `command:`, not in the arguments a resume adds",
+        "Keep plain arguments here (macros ${output_dir}, ${cell_dir}, ${sweep_dir} and ${envvar:NAME} work)",
+    )
+
+
+def _read_inputs(ctx: SpecContext, value: Any) -> list[str]:
+    """`inputs:`: relative paths inside the sweep file's folder (they are linked under those names)."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) and item.strip() for item in items):
+        raise ctx.error(
+            "inputs",
+            f"expected a path or a list of paths, got {describe(value)}",
+            "Write the files and folders the program opens by a relative name, e.g. inputs: [configurator.py, data]",
+        )
+    seen: set[str] = set()
+    for item in items:
+        check_no_nul(ctx, item, "inputs")
+        name = os.path.normpath(item)
+        if os.path.isabs(os.path.expanduser(item)) or name == "." or name.split(os.sep)[0] == "..":
+            raise ctx.error(
+                "inputs",
+                f"{item!r} is not a path inside the sweep file's folder, so it has no name to be linked under in a "
+                "cell's working folder",
+                "List paths relative to the sweep file's folder (data, configurator.py); a program can open an "
+                "absolute path from any folder as it is",
+            )
+        if name in seen:
+            raise ctx.error("inputs", f"{item!r} is listed twice", "List it once")
+        seen.add(name)
+    return [os.path.normpath(item) for item in items]
+
+
+def _hydra_command(ctx: SpecContext, program: str, command: list[str] | None) -> list[str] | None:
+    """The command of a Hydra app: HYDRA_COMMAND unless one is written; a written one that hands the app
+    `--key=value` flags (which Hydra refuses) is an error. Other programs' commands are kept as they are."""
+    as_module = command is not None and runs_as_module(command)
+    source = module_file(program, [str(ctx.spec_dir)]) if as_module else ctx.resolve(program)
+    if source is None or not is_hydra_app(source):
+        return command
+    if command is None:
+        return list(HYDRA_COMMAND)
+    for token in command:
+        if token.startswith("${") and token[2:-1] in _HYPHEN_ARGS:
+            raise ctx.error(
+                "command",
+                f"{program} is a Hydra app (it has @hydra.main), which refuses --key=value arguments, but "
+                f"{token} hands it --key=value flags, so every cell would fail",
+                "Write ${args_hydra} instead (db=mysql db.user=alice, in Hydra's grammar), and "
+                "hydra.run.dir=${output_dir} so that every attempt of a cell finds its files; or leave "
+                "`command:` out for that default",
+            )
+    return command
 
 
 def _read_entry_point(ctx: SpecContext, data: dict) -> tuple[str | None, str | None, list[str] | None, str]:

@@ -35,8 +35,9 @@ from pathlib import Path
 
 from sweepq.errors import SpecError, UsageError
 from sweepq.layout import RootPaths, default_root_beside
-from sweepq.spec.command import DEFAULT_COMMAND, ENV_BINARY, flat_items, render_command
+from sweepq.spec.command import DEFAULT_COMMAND, ENV_BINARY, flat_items, render_command, runs_as_module
 from sweepq.spec.entry import train_entry_problem
+from sweepq.spec.hydra import module_file
 from sweepq.spec.types import CellSpec, Sweep
 
 #: Linux's MAX_ARG_STRLEN (32 pages of 4 KiB) holds one argument and its final NUL.
@@ -216,7 +217,10 @@ def _check_program(sweep: Sweep, filename: str, argv: list[str], environ: Mappin
     # `python` in a command is the interpreter sweepq runs under (as the program's launch sets PATH).
     search = os.pathsep.join([os.path.dirname(sys.executable), environ.get("PATH", "")])
     program = settings.program
-    if program is not None and "${program}" in tokens:
+    _check_inputs(filename, settings.inputs, settings.spec_dir)
+    if program is not None and runs_as_module(tokens):
+        _check_module(filename, program, settings.spec_dir, environ)
+    elif program is not None and "${program}" in tokens:
         executable = _executable(argv)
         as_command = executable is not None and argv[executable] == program
         if not _found(program, settings.spec_dir, search, as_command=as_command):
@@ -228,6 +232,46 @@ def _check_program(sweep: Sweep, filename: str, argv: list[str], environ: Mappin
         if not _found(name, settings.spec_dir, search, as_command=True):
             key = "interpreter" if name == settings.interpreter and "${interpreter}" in tokens else "command"
             raise SpecError(_missing(filename, key, name, settings.spec_dir, as_command=True))
+
+
+def _check_module(filename: str, module: str, spec_dir: str, environ: Mapping[str, str]) -> None:
+    """`python -m module` finds `module` as the program will: from the sweep file's folder (its working
+    folder, or on its PYTHONPATH under `workdir: output`), PYTHONPATH, and the interpreter's own paths.
+
+    Read, not imported (a package's __init__ is the user's code); this interpreter's sys.path stands for
+    the program's, which is the same Python unless `interpreter:` names another.
+    """
+    if module_file(module, _module_folders(spec_dir, environ)) is not None:
+        return
+    if module.endswith(".py") or "/" in module:
+        hint = f"python -m takes a module name, dotted and without .py: write program: {_as_module(module)}"
+    else:
+        hint = "Fix the module name, or install its package where the sweep runs"
+    dotted = os.path.join(*module.split("."))
+    raise SpecError(
+        f"{filename}: program: {module!r} is run as a module (python -m) but cannot be found (no {dotted}.py or "
+        f"{dotted}/__main__.py in the sweep file's folder, on PYTHONPATH or on this Python's sys.path), so every "
+        f"cell would fail to start. {hint}."
+    )
+
+
+def _module_folders(spec_dir: str, environ: Mapping[str, str]) -> list[str]:
+    pythonpath = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [spec_dir, *(os.path.join(spec_dir, p) for p in pythonpath), *(p for p in sys.path if p)]
+
+
+def _as_module(name: str) -> str:
+    return name.removesuffix(".py").strip("./").replace("/", ".")
+
+
+def _check_inputs(filename: str, inputs: list[str], spec_dir: str) -> None:
+    """Every `inputs:` entry is there to be linked into a cell's working folder."""
+    for name in inputs:
+        if not os.path.lexists(os.path.join(spec_dir, name)):
+            raise SpecError(
+                f"{filename}: inputs: {name!r} cannot be found (no {os.path.join(spec_dir, name)}), so no cell "
+                "could open it. Fix the path (relative to the sweep file's folder) or create it."
+            )
 
 
 def _executable(argv: list[str]) -> int | None:

@@ -42,6 +42,9 @@ class SpecContext:
         self.spec_dir = self.path.parent
         self.numeric_looking_strings = numeric_looking_strings
         self.warnings: list[str] = []
+        # A `program:` sweep's path may be a value and a prefix of other paths at once (Hydra's
+        # `db=mysql db.user=alice`: a group choice and a key inside it); grouped.py reads it so.
+        self.keys_inside_values = False
 
     def error(self, where: str, problem: str, fix: str) -> SpecError:
         """A SpecError worded `file: key.path: problem. Fix.` (one line: a key's control characters escaped)."""

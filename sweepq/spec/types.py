@@ -106,6 +106,18 @@ class Settings:
     workdir: Workdir = "output"  # where a program runs (WORKDIRS)
     done_when: DoneWhen = "exit_zero"  # what makes a program's cell done (DONE_WHEN)
     start: Start = "fork"  # how a train cell's attempt starts (STARTS)
+    #: `resume_args:`: tokens added to the command of an attempt that resumes a cell an earlier attempt
+    #: of it ran in the same working folder (a classic script's `--resume`); a group's list replaces it
+    #: for that group's cells (keyed by the group's number, as text: JSON keys are text).
+    resume_args: list[str] = field(default_factory=list)
+    group_resume_args: dict[str, list[str]] = field(default_factory=dict)
+    #: `inputs:`: files and folders of the sweep file's folder (as written, relative) that a program
+    #: opens by a fixed relative name, linked into its working folder under `workdir: output`.
+    inputs: list[str] = field(default_factory=list)
+
+    def resume_args_of(self, cell: str) -> list[str]:
+        """The resume arguments of `cell` ("G.I"): its group's, else the sweep's."""
+        return self.group_resume_args.get(cell.split(".", 1)[0], self.resume_args)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
