@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import click
 
@@ -20,31 +17,30 @@ from sweepq.spec.sweep import Sweep, load_sweep
 @main.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @json_option
+@click.option("--all", "all_rows", is_flag=True, help="Every cell a row, however large the sweep.")
 @friendly
-def plan(spec: str, as_json: bool) -> None:
-    """Expand SPEC and list its cells in run order (touches nothing on disk)."""
-    from sweepq.spec.preflight import entry_problem, preflight
+def plan(spec: str, as_json: bool, all_rows: bool) -> None:
+    """Expand SPEC and list its cells in run order (touches nothing on disk).
+
+    A sweep of more than 50 cells shows its cells per group and its first and last 10 cells;
+    --all lists every row, --json every cell. What `sweepq launch` would refuse because this machine
+    lacks it (the program, the train: function) is a warning: a plan may preview a sweep where its
+    code is not.
+    """
+    from sweepq.cli.plan_view import print_plan
+    from sweepq.spec.preflight import preflight
 
     sweep = load_sweep(spec)
-    checked = preflight(sweep, spec)  # the root, the program, every command line; ${envvar:NAME} shown as ***
+    # the root, every command line (${envvar:NAME} shown as ***); what this machine lacks, in launch's words
+    checked = preflight(sweep, spec, preview=True)
     for w in sweep.warnings:
         click.echo(f"warning: {w}", err=True)
-    # A plan may preview a sweep where its code is not: what launch refuses, it says, and goes on.
-    problem = entry_problem(sweep, spec)
-    if problem is not None:
+    for problem in checked.absent:
         click.echo(f"warning: {problem} `sweepq launch` refuses it.", err=True)
     if as_json:
         _print_json(sweep, checked.commands)
         return
-    _print_table(sweep, checked.root, list(_rows(sweep, checked.commands)))
-
-
-def _rows(sweep: Sweep, commands: dict[str, list[str]]) -> Iterator[dict[str, Any]]:
-    for c in sweep.cells:
-        row: dict[str, Any] = {"cell": c.id, "group": c.group_name, "cfg": c.cfg, "cfg_hash": c.cfg_hash}
-        if c.id in commands:
-            row["command"] = commands[c.id]
-        yield row
+    print_plan(out(), sweep, checked.root, checked.commands, all_rows)
 
 
 _ENCODE = json.JSONEncoder(default=str, allow_nan=False).encode  # one encoder: json.dumps builds one a call
@@ -69,32 +65,6 @@ def _print_json(sweep: Sweep, commands: dict[str, list[str]]) -> None:
         opening = ","
     stream.write("[]\n" if opening == "[" else "\n]\n")
     stream.flush()
-
-
-def _print_table(sweep: Sweep, root: Path, rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from sweepq.results import spelling
-
-    table = Table(box=None, header_style="bold")
-    for col in ("cell", "group", "cfg") + (("command",) if rows and "command" in rows[0] else ()):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        cells = [r["cell"], r["group"], json.dumps(r["cfg"], sort_keys=True)]
-        if "command" in r:
-            from sweepq.program.supervisor import shell_join
-
-            cells.append(shell_join(r["command"]))
-        table.add_row(*(Text(cell) for cell in cells))  # Text: a value like "[/x]" is not markup
-    con = out()
-    entry = sweep.settings.train or sweep.settings.program
-    con.print(
-        f"{sweep.settings.name}: {len(rows)} cells in {len(sweep.groups)} group(s), "
-        f"root {spelling.shown_path(root)}, runs {entry}",
-        markup=False,
-    )
-    con.print(table)
 
 
 @main.command(name="launch")
@@ -159,8 +129,8 @@ def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | N
     """Run one worker on an existing sweep root (for other machines and schedulers)."""
     from sweepq.cli.roots import resolve_root
     from sweepq.host.procs import die_with_parent
-    from sweepq.worker.loop import Worker
     from sweepq.queue.database import Database
+    from sweepq.worker.loop import Worker
 
     if parent_pid is not None:
         die_with_parent(parent_pid)

@@ -9,11 +9,13 @@ and failing in every cell:
   folder, whose files sweepq would mix with its own;
 * every cell's command line is one that Linux can start: no argument holding a
   NUL byte, none over MAX_ARG_STRLEN, the whole line well under ARG_MAX;
-* `train: module:function` names a function its module defines (read, not imported: entry.py):
-  launch refuses a sweep whose function cannot be found; plan, which previews a sweep where its
-  code may not be, warns in the same words (`entry_problem`);
+* `train: module:function` names a function its module defines (read, not imported: entry.py);
 * the program it runs exists: `program:` relative to the sweep file's folder
   (or a command on PATH), and the executable of the command as `execvp` finds it.
+
+Launch refuses a sweep whose function or program this machine lacks; plan, which previews
+a sweep where its code may not be (written here, run on a cluster), lists them in the same
+words (`Preflight.absent`) and goes on: the contract's plan needs no program file.
 
 The command lines are rendered with the real `${envvar:NAME}` values for these
 checks, then dropped: what `preflight` hands back (and `plan` prints) shows
@@ -55,6 +57,9 @@ _FOR_LATER = (errno.ENOENT, errno.ENOTDIR, errno.EACCES)
 class Preflight:
     root: Path  # absolute, symbolic links resolved
     commands: dict[str, list[str]] = field(default_factory=dict)  # cell id -> argv as shown (secrets as ***)
+    #: With `preview`: what this machine lacks that launch refuses (the train: function, the program, its
+    #: interpreter or command), each in launch's words.
+    absent: list[str] = field(default_factory=list)
 
 
 def preflight(
@@ -64,20 +69,24 @@ def preflight(
     environ: Mapping[str, str] = os.environ,
     *,
     check_entry: bool = False,
+    preview: bool = False,
 ) -> Preflight:
     """Check that `sweep` can run here (raises UsageError or SpecError); its root and shown commands.
 
     `filename` names the sweep file in messages, as the user wrote it; `root`
     is a --root given on the command line. `check_entry` (launch) also reads the
-    `train:` module for its function; `plan` leaves it out, so a sweep can be
-    previewed where its code is not.
+    `train:` module for its function. `preview` (plan) checks it too, and the program, but lists what
+    this machine lacks in `absent` instead of raising, so a sweep can be previewed where its code is not;
+    a command line that no machine could start is refused all the same.
     """
     checked = Preflight(sweep_root(sweep, filename, root))
     settings = sweep.settings
-    if check_entry:
+    if check_entry or preview:
         problem = entry_problem(sweep, filename)
         if problem is not None:
-            raise SpecError(problem)
+            if not preview:
+                raise SpecError(problem)
+            checked.absent.append(problem)
     if settings.program is None and settings.form != "wandb":
         return checked
     cells = RootPaths(checked.root)
@@ -88,7 +97,12 @@ def preflight(
         shown = render(cell_dir=str(paths.dir), output_dir=str(paths.output), shown=True)
         _check_argv(filename, cell, argv, shown)
         if not checked.commands:  # every cell runs the same executable and program
-            _check_program(sweep, filename, argv, environ)
+            try:
+                _check_program(sweep, filename, argv, environ)
+            except SpecError as absent:
+                if not preview:
+                    raise
+                checked.absent.append(str(absent))
         checked.commands[cell.id] = shown
     return checked
 

@@ -63,6 +63,24 @@ def test_launch_refuses_a_root_that_is_not_empty_and_a_missing_program_writing_n
     assert sorted(os.listdir(tmp_path)) == ["s.yaml", "taken"]
 
 
+def test_plan_warns_of_a_program_that_is_not_here_and_launch_refuses_it(tmp_path: Path) -> None:
+    """A sweep written here for a cluster: plan is a preview (it needs no program file), launch runs cells."""
+    write(tmp_path / "s.yaml", "program: on_cluster.py\ngrid: {s: [1, 2]}\n")
+    refusal = (
+        f"s.yaml: program: 'on_cluster.py' cannot be found (no file {tmp_path.resolve() / 'on_cluster.py'} and no "
+        "command of that name on PATH), so every cell would fail to start. Fix the name, or install it."
+    )
+    for args in ([], ["--json"]):
+        plan = cli("plan", "s.yaml", *args, cwd=tmp_path)
+        assert plan.returncode == 0, plan.stderr
+        assert plan.stderr == f"warning: {refusal} `sweepq launch` refuses it.\n"
+        assert "1.2" in plan.stdout and "on_cluster.py" in plan.stdout  # every cell, its command line
+    launch = cli("launch", "s.yaml", "--workers", "1", "--no-live", cwd=tmp_path)
+    assert launch.returncode == 2, launch.stdout + launch.stderr
+    assert launch.stderr == f"error: {refusal}\n" and launch.stdout == ""
+    assert os.listdir(tmp_path) == ["s.yaml"]  # neither wrote anything
+
+
 SECRET = "s3cr3t-4f9e"
 CHECKS_TOKEN = f"""
 import sys
