@@ -17,21 +17,24 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 
 import click
 
-from sweepq.host.logkeeper import ENV_KEEP
 from sweepq.cli.app import friendly, main, root_option, sqlite_reading
 from sweepq.cli.read_commands import cell_and_place, one_cell, place_argument
 from sweepq.cli.visible import VisibleWriter, visible
 from sweepq.errors import UsageError
+from sweepq.host.logkeeper import ENV_KEEP
+from sweepq.host.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.queue.records import AttemptRecord
 from sweepq.queue.states import CellState
 from sweepq.results import spelling
-from sweepq.host.tails import tail_file
 
 ATTEMPT_MAX = 2**63 - 1  # attempt numbers are SQLite INTEGERs: a larger N names no attempt (nor can be asked)
 
 if TYPE_CHECKING:
-    from sweepq.queue.reads import CellReads  # a Store, or a Reader
+    from sweepq.queue.opening import Reader
+    from sweepq.queue.store import Store
+
+    CellReads = Store | Reader  # a Store, or a Reader
 
 POLL_SECONDS = 0.5
 _CHUNK = 1 << 16

@@ -18,10 +18,11 @@ from sweepq.errors import UsageError
 from sweepq.results import failures, spelling
 
 if TYPE_CHECKING:
-    from sweepq.queue.forecast.reads import ForecastReads as Queue  # a Store, or status's Reader
     from sweepq.queue.opening import Reader
     from sweepq.queue.records import CellRecord
     from sweepq.queue.store import Store
+
+    Queue = Store | Reader  # a Store, or status's Reader
 
 _RUNNING = "running"  # CellState.RUNNING as the cells table stores it
 

@@ -20,15 +20,19 @@ from sqlalchemy.orm import Session
 
 from sweepq.errors import IllegalTransition
 from sweepq.queue import states
-from sweepq.queue.claim import StoreClaiming
 from sweepq.queue.queries import KEEP_ALL, KEEP_CELL
 from sweepq.queue.records import Outcome, json_safe
 from sweepq.queue.schema import AttemptRow, CellRow, CheckpointRow
 from sweepq.queue.states import CellState, CheckpointState, Reason
-from sweepq.queue.transactions import rowcount
+from sweepq.queue.transactions import Transactions, rowcount
 
 
-class StoreClaims(StoreClaiming):
+class Attempts:
+    """A worker's verbs on the attempts it runs, and the repairs from disk (the module's docstring)."""
+
+    def __init__(self, tx: Transactions) -> None:
+        self.tx = tx
+
     def attempt_started(self, cell: str, number: int, **fields: Any) -> None:
         """Fill in what the training process learned at start (pid, resume step, env)."""
         allowed = {
@@ -43,7 +47,7 @@ class StoreClaims(StoreClaiming):
         values = {k: v for k, v in fields.items() if k in allowed and v is not None}
         if not values:
             return
-        with self._write() as s:  # an attempt already closed (reaped) takes nothing more
+        with self.tx.write() as s:  # an attempt already closed (reaped) takes nothing more
             s.execute(
                 update(AttemptRow)
                 .where(AttemptRow.cell_id == cell, AttemptRow.number == number, AttemptRow.reason.is_(None))
@@ -52,7 +56,7 @@ class StoreClaims(StoreClaiming):
 
     def attempt_usage(self, cell: str, number: int, usage: dict[str, Any]) -> None:
         """What the worker sampled of a running attempt so far (the live view shows it)."""
-        with self._write() as s:  # an attempt already closed keeps its final figures
+        with self.tx.write() as s:  # an attempt already closed keeps its final figures
             s.execute(
                 update(AttemptRow)
                 .where(AttemptRow.cell_id == cell, AttemptRow.number == number, AttemptRow.reason.is_(None))
@@ -65,15 +69,15 @@ class StoreClaims(StoreClaiming):
         Asked inside a flush's `batch()`, it is decided in the write transaction
         that the attempt's writes then join: nothing can move the cell in between.
         """
-        with self._write() as s:
+        with self.tx.write() as s:
             row = s.execute(select(CellRow.state, CellRow.attempts).where(CellRow.id == cell)).first()
         return row is not None and row.attempts == number and row.state == CellState.RUNNING
 
     def seen(self, cell: str, number: int) -> None:
         """The attempt's last sign of life, now: its worker's flush says so once a second while it watches it.
         A reaper that finds it dead later ends it here (or at a newer sign its files show), not at the reap."""
-        now = self.clock()
-        with self._write() as s:  # an attempt already closed keeps the end it was given
+        now = self.tx.clock()
+        with self.tx.write() as s:  # an attempt already closed keeps the end it was given
             s.execute(
                 update(AttemptRow)
                 .where(AttemptRow.cell_id == cell, AttemptRow.number == number, AttemptRow.reason.is_(None))
@@ -82,10 +86,10 @@ class StoreClaims(StoreClaiming):
 
     def progress(self, cell: str, number: int, **fields: Any) -> None:
         """The training stream, at most about once a second per running cell."""
-        now = self.clock()
+        now = self.tx.clock()
         allowed = {"step", "total_steps", "epoch", "total_epochs", "metrics", "best", "best_step"}
         values = {k: v for k, v in fields.items() if k in allowed}
-        with self._write() as s:
+        with self.tx.write() as s:
             s.execute(
                 update(CellRow)
                 .where(
@@ -112,8 +116,8 @@ class StoreClaims(StoreClaiming):
         note: str | None = None,
     ) -> None:
         """Insert or update the row of a checkpoint (the manifest on disk is the source)."""
-        now = self.clock()
-        with self._write() as s:
+        now = self.tx.clock()
+        with self.tx.write() as s:
             row = s.scalar(
                 select(CheckpointRow).where(
                     CheckpointRow.cell_id == cell,
@@ -140,7 +144,7 @@ class StoreClaims(StoreClaiming):
         steps = list(steps)
         if not steps:
             return
-        with self._write() as s:
+        with self.tx.write() as s:
             values: dict[str, Any] = {"state": state}
             if note is not None:
                 values["note"] = note
@@ -166,14 +170,14 @@ class StoreClaims(StoreClaiming):
         (what its files showed), never before its start nor after now; the time from there to now is
         downtime (`closed_at` keeps now). Otherwise it ends now: its closer saw it end.
         """
-        now = self.clock()
+        now = self.tx.clock()
         reason = Reason(outcome.reason)
-        with self._write() as s:
-            policy = self._settings(s).retries
-            att = self._attempt_row(s, cell, number)
+        with self.tx.write() as s:
+            policy = self.tx.settings(s).retries
+            att = self.tx.attempt_row(s, cell, number)
             if att is None or att.reason is not None:
                 return None
-            self._fill_attempt(att, outcome, now, found_dead, last_seen)
+            self.fill_attempt(att, outcome, now, found_dead, last_seen)
             self._keep_span(s, cell)
             row = s.get(CellRow, cell)
             assert row is not None
@@ -209,15 +213,15 @@ class StoreClaims(StoreClaiming):
 
     def repair_done(self, cell: str, marker: dict[str, Any]) -> bool:
         """A verified DONE.json wins over the database: make the cell done."""
-        now = self.clock()
-        with self._write() as s:
+        now = self.tx.clock()
+        with self.tx.write() as s:
             row = s.get(CellRow, cell)
             if row is None or row.state == CellState.DONE:
                 return False
             if row.state == CellState.RUNNING:
-                att = self._attempt_row(s, cell, row.attempts)
+                att = self.tx.attempt_row(s, cell, row.attempts)
                 if att is not None and att.reason is None:
-                    self._fill_attempt(
+                    self.fill_attempt(
                         att,
                         Outcome(
                             reason=Reason.COMPLETED,
@@ -245,12 +249,12 @@ class StoreClaims(StoreClaiming):
                 update(CellRow).where(CellRow.id == cell, CellRow.state.in_([str(x) for x in sources])).values(**values)
             )
             if rowcount(res) == 1:
-                self._event(s, cell, "repaired_from_marker", {"from": row.state, "attempt": marker.get("attempt")})
+                self.tx.event(s, cell, "repaired_from_marker", {"from": row.state, "attempt": marker.get("attempt")})
             return rowcount(res) == 1
 
     def requeue_missing_marker(self, cell: str, why: str) -> bool:
-        now = self.clock()
-        with self._write() as s:
+        now = self.tx.clock()
+        with self.tx.write() as s:
             res = s.execute(
                 update(CellRow)
                 .where(CellRow.id == cell, CellRow.state == CellState.DONE)
@@ -258,15 +262,15 @@ class StoreClaims(StoreClaiming):
                 .values(state=CellState.QUEUED, finished_at=None, updated_at=now, ran_cfg=null())
             )
             if rowcount(res) == 1:
-                self._event(s, cell, "marker_invalid", {"why": why})
+                self.tx.event(s, cell, "marker_invalid", {"why": why})
             return rowcount(res) == 1
 
     def keep_spans(self) -> int:
         """Keep the span of every ended attempt that has none kept (an older root's, one a write made
         stale): what a launch does once, so that `status` reads them instead of working them out."""
-        if self.engine.dialect.name != "sqlite":  # span_sql.py speaks SQLite's SQL
+        if self.tx.engine.dialect.name != "sqlite":  # span_sql.py speaks SQLite's SQL
             return 0
-        with self._write() as s:
+        with self.tx.write() as s:
             return sum(rowcount(s.execute(text(sql))) for sql in KEEP_ALL)
 
     # -- helpers --------------------------------------------------------------
@@ -291,7 +295,7 @@ class StoreClaims(StoreClaiming):
             s.execute(text(sql), {"cell": cell})
 
     @staticmethod
-    def _fill_attempt(
+    def fill_attempt(
         att: AttemptRow, o: Outcome, now: datetime, found_dead: bool = False, last_seen: datetime | None = None
     ) -> None:
         att.reason = str(Reason(o.reason))

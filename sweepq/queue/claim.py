@@ -61,7 +61,63 @@ from sweepq.queue.prepared import Prepared
 from sweepq.queue.records import Claim, WorkerInfo
 from sweepq.queue.schema import AttemptRow, CellRow, UTCDateTime
 from sweepq.queue.states import CellState
-from sweepq.queue.transactions import StoreBase
+from sweepq.queue.transactions import Transactions
+
+# The claim's statements are Core, built once and run with parameters: building an ORM
+# statement costs more than SQLite's whole claim.
+CELLS = cast(Table, CellRow.__table__)
+
+
+def now_param() -> BindParameter[datetime]:
+    """The claim statements' `:now`, given when they run."""
+    return bindparam("now", type_=UTCDateTime())
+
+
+def retry_due(now: datetime | BindParameter[datetime], cells: FromClause = CELLS) -> ColumnElement[bool]:
+    """A cell's back-off is over: it has none, its time came, or the clock went back since it began.
+
+    `finish` writes `updated_at` with `retry_after`; a later write of the row only
+    moves it later. A clock now earlier than `updated_at` was set back (or another
+    machine's runs behind): the wait is over at once. So no cell ever waits longer
+    than the back-off it was given, whatever happens to the wall clock meanwhile.
+    """
+    c = cells.c
+    return or_(c.retry_after.is_(None), c.retry_after <= now, c.updated_at > now)
+
+
+def claim_order(state: str, cells: FromClause = CELLS, skip: tuple[str, ...] = ()) -> Select[Any]:
+    """The ids of the cells in `state` that may be claimed at `:now`, in cell order (group, then index).
+
+    Passed over: cells removed from the sweep, in their retry back-off, or in
+    `skip`. With ix_cells_claim this is a seek on (state, removed)
+    walked in order: a LIMIT reads only the rows in front of it, whatever the
+    sweep's size (tests/unit/test_claims.py reads the query plan).
+    """
+    c = cells.c
+    return (
+        select(c.id)
+        .where(
+            c.state == state,
+            c.removed.is_(False),
+            retry_due(now_param(), cells),
+            *(c.id != cell for cell in skip),
+        )
+        .order_by(c.group_number, c.index)
+    )
+
+
+def claim_pick(skip: tuple[str, ...] = ()) -> ColumnElement[Any]:
+    """The id of the next cell to claim at `:now`, as one SQL expression (NULL when there is none).
+
+    Claim order is interrupted cells first, then queued ones, each in cell order:
+    one LIMIT 1 seek per claimable state, the first that finds a cell wins
+    (COALESCE evaluates its arguments in order). Over an alias of the table, so
+    that it can sit inside an UPDATE of `cells` (claiming.py).
+    """
+    pick = CELLS.alias("pick")
+    firsts = [claim_order(str(st), pick, skip).limit(1).scalar_subquery() for st in states.CLAIMABLE]
+    return func.coalesce(*firsts)
+
 
 ATTEMPTS = cast(Table, AttemptRow.__table__)
 _OPENED = ("cell_id", "number", "worker", "host", "worker_pid", "started_at", "start_step", "nan_step", "gpus")
@@ -201,18 +257,28 @@ def _wait_turn(path: str | None) -> int | None:
     return fd
 
 
-class StoreClaiming(StoreBase):
-    def claim_next(self, worker: WorkerInfo, take: Callable[[str], Ownership | None]) -> tuple[Claim, Ownership] | None:
+class Claims:
+    """A worker's claims (`next`, `named`) and what is claimable, over the store's transactions.
+
+    Keeps what claims share between them: a connection of the writer's (a checkout from the pool
+    costs more), the turn's file, and a lock that makes the threads sharing a store claim one at a time."""
+
+    def __init__(self, tx: Transactions) -> None:
+        self.tx = tx
+        self._mutex = threading.Lock()
+        self._kept: tuple[Connection, str | None, int] | None = None
+
+    def next(self, worker: WorkerInfo, take: Callable[[str], Ownership | None]) -> tuple[Claim, Ownership] | None:
         """Claim the next cell in claim order and own it: (its claim, its ownership); None when none is left.
 
         `take` is the worker's `Liveness.take`; it is called inside the claim's
         write transaction, before the commit (see the module's docstring).
         """
-        assert self._batch is None, "a claim is its own transaction"
+        assert self.tx.batch_session is None, "a claim is its own transaction"
         # One claim at a time per store: threads that share a store share its claim connection.
-        with self.__dict__.setdefault("_claim_mutex", threading.Lock()):
+        with self._mutex:
             conn, turn = self._claimer()
-            made = _Made(conn, False, {"now": self.clock()}, worker)  # its time is stamped again in its turn
+            made = _Made(conn, False, {"now": self.tx.clock()}, worker)  # its time is stamped again in its turn
             fd = _wait_turn(turn)
             try:
                 won = self._claim_first(conn, made, take)
@@ -238,7 +304,7 @@ class StoreClaiming(StoreBase):
                 with _transaction(conn):
                     # The attempt starts after every write committed before this transaction began: an
                     # attempt closed while this claim waited for its turn ended before this one starts.
-                    made.stamp(self.clock())
+                    made.stamp(self.tx.clock())
                     row = made.take(conn)
                     if row is None:
                         return None
@@ -254,93 +320,32 @@ class StoreClaiming(StoreBase):
                 raise
             return made, row, owner
 
-    def claim(self, cell_id: str, worker: WorkerInfo) -> Claim | None:
+    def named(self, cell_id: str, worker: WorkerInfo) -> Claim | None:
         """Move the named cell to running and open its next attempt; None if it is not claimable now.
 
         The caller already holds the cell's ownership; the guarded UPDATE's row
         count is the proof that no other worker claimed it first. (Workers
         claim with `claim_next`.)
         """
-        with self._write() as s:
+        with self.tx.write() as s:
             conn = s.connection()
-            made = _Made(conn, True, {"now": self.clock(), "cell": cell_id}, worker)
+            made = _Made(conn, True, {"now": self.tx.clock(), "cell": cell_id}, worker)
             row = made.take(conn)
             return None if row is None else made.claim_of(row)
 
     def _claimer(self) -> tuple[Connection, str | None]:
         """What claims keep between them: a connection (a checkout from the pool costs more), the turn's file."""
-        kept: tuple[Connection, str | None, int] | None = self.__dict__.get("_claiming")
+        kept = self._kept
         # A forked child never uses its parent's connection (SQLite's file locks are per process).
         if kept is None or kept[0].closed or kept[2] != os.getpid():
-            turn = None if self.database.path is None else str(self.paths.claim_lock)
-            kept = self.__dict__["_claiming"] = (self._writer.connect(), turn, os.getpid())
+            turn = None if self.tx.database.path is None else str(self.tx.paths.claim_lock)
+            kept = self._kept = (self.tx.writer.connect(), turn, os.getpid())
         return kept[0], kept[1]
 
     def close(self) -> None:
-        kept: tuple[Connection, str | None, int] | None = self.__dict__.pop("_claiming", None)
+        kept, self._kept = self._kept, None
         if kept is not None and kept[2] == os.getpid():
             kept[0].close()
-        super().close()
-
-
-# The claim's statements are Core, built once and run with parameters: building an ORM
-# statement costs more than SQLite's whole claim.
-CELLS = cast(Table, CellRow.__table__)
-
-
-def now_param() -> BindParameter[datetime]:
-    """The claim statements' `:now`, given when they run."""
-    return bindparam("now", type_=UTCDateTime())
-
-
-def retry_due(now: datetime | BindParameter[datetime], cells: FromClause = CELLS) -> ColumnElement[bool]:
-    """A cell's back-off is over: it has none, its time came, or the clock went back since it began.
-
-    `finish` writes `updated_at` with `retry_after`; a later write of the row only
-    moves it later. A clock now earlier than `updated_at` was set back (or another
-    machine's runs behind): the wait is over at once. So no cell ever waits longer
-    than the back-off it was given, whatever happens to the wall clock meanwhile.
-    """
-    c = cells.c
-    return or_(c.retry_after.is_(None), c.retry_after <= now, c.updated_at > now)
-
-
-def claim_order(state: str, cells: FromClause = CELLS, skip: tuple[str, ...] = ()) -> Select[Any]:
-    """The ids of the cells in `state` that may be claimed at `:now`, in cell order (group, then index).
-
-    Passed over: cells removed from the sweep, in their retry back-off, or in
-    `skip`. With ix_cells_claim this is a seek on (state, removed)
-    walked in order: a LIMIT reads only the rows in front of it, whatever the
-    sweep's size (tests/unit/test_claims.py reads the query plan).
-    """
-    c = cells.c
-    return (
-        select(c.id)
-        .where(
-            c.state == state,
-            c.removed.is_(False),
-            retry_due(now_param(), cells),
-            *(c.id != cell for cell in skip),
-        )
-        .order_by(c.group_number, c.index)
-    )
-
-
-def claim_pick(skip: tuple[str, ...] = ()) -> ColumnElement[Any]:
-    """The id of the next cell to claim at `:now`, as one SQL expression (NULL when there is none).
-
-    Claim order is interrupted cells first, then queued ones, each in cell order:
-    one LIMIT 1 seek per claimable state, the first that finds a cell wins
-    (COALESCE evaluates its arguments in order). Over an alias of the table, so
-    that it can sit inside an UPDATE of `cells` (claiming.py).
-    """
-    pick = CELLS.alias("pick")
-    firsts = [claim_order(str(st), pick, skip).limit(1).scalar_subquery() for st in states.CLAIMABLE]
-    return func.coalesce(*firsts)
-
-
-class StoreReads(StoreBase):
-    """What is claimable, read through SQLAlchemy (the read commands' reads: status_reads.py, cell_reads.py)."""
 
     def claimable(self, limit: int | None = None) -> list[str]:
         """Cell ids a worker may claim now, in claim order: interrupted first, then queued (the first `limit`).
@@ -348,9 +353,9 @@ class StoreReads(StoreBase):
         The order claims take (claiming.claim_next takes the first of it); workers
         never read this list, which is for people and tests.
         """
-        params = {"now": self.clock()}
+        params = {"now": self.tx.clock()}
         out: list[str] = []
-        with self._read() as s:
+        with self.tx.read() as s:
             for state in states.CLAIMABLE:
                 left = None if limit is None else limit - len(out)
                 if left is not None and left <= 0:
@@ -359,5 +364,5 @@ class StoreReads(StoreBase):
         return out
 
     def cancel_requested(self, cell: str) -> bool:
-        with self._read() as s:
+        with self.tx.read() as s:
             return bool(s.scalar(select(CellRow.cancel_requested).where(CellRow.id == cell)))

@@ -36,13 +36,13 @@ from sweepq.queue.reconcile import Cfg, Existing, ReconcilePlan
 from sweepq.queue.records import CellRecord, cell_record, json_safe
 from sweepq.queue.schema import CellRow, EventRow, SweepRow
 from sweepq.queue.states import CellState
-from sweepq.queue.transactions import StoreBase
+from sweepq.queue.transactions import Transactions
 from sweepq.spec.types import CellSpec, Settings
 
 if TYPE_CHECKING:
     from sweepq.queue.reconcile import ReconcilePlan as Plan
 
-__all__ = ["Existing", "StoreDefinition"]
+__all__ = ["Definition", "Existing"]
 
 BATCH = 2000  # rows a bulk statement carries: memory stays flat however many cells a sweep has
 _CELLS = cast(Table, CellRow.__table__)
@@ -63,9 +63,14 @@ def _prepared(stmt: ClauseElement, dialect: Dialect) -> Prepared:
     return Prepared(stmt, dialect)
 
 
-class StoreDefinition(StoreBase):
+class Definition:
+    """The sweep's row and its cells, written from a reconcile plan, and what a reconcile reads."""
+
+    def __init__(self, tx: Transactions) -> None:
+        self.tx = tx
+
     def save_sweep(self, settings: Settings, spec_path: str | None, s: Session, digest: str | None = None) -> None:
-        now = self.clock()
+        now = self.tx.clock()
         row = s.get(SweepRow, 1)
         if row is None:
             s.add(
@@ -86,7 +91,7 @@ class StoreDefinition(StoreBase):
     def existing_cfgs(self, session: Session | None = None) -> Existing:
         """cell id -> (cfg_hash, cfg, removed) for every stored cell, cfgs included."""
         if session is None:
-            with self._read() as s:
+            with self.tx.read() as s:
                 return self.existing_cfgs(s)
         rows = session.execute(select(CellRow.id, CellRow.cfg_hash, CellRow.cfg, CellRow.removed))
         return Existing((r.id, (r.cfg_hash, r.cfg, r.removed)) for r in rows)
@@ -104,7 +109,7 @@ class StoreDefinition(StoreBase):
         `digest` (reconcile.plan_digest) equal to the one stored by the last reconcile
         means the same file again: nothing to compare, and the plan is empty.
         """
-        with self._read() as s:
+        with self.tx.read() as s:
             if digest is not None and _stored_digest(s) == digest:
                 return ReconcilePlan(same_file=True)
             return planner(self.existing_hashes(s))
@@ -126,7 +131,7 @@ class StoreDefinition(StoreBase):
         `rerun` (--rerun-changed) queues again every done cell whose result came from
         an older cfg, those an earlier `--accept-changed` kept included.
         """
-        with self._write() as s:
+        with self.tx.write() as s:
             if digest is not None and _stored_digest(s) == digest:
                 plan = ReconcilePlan(same_file=True)
             else:
@@ -144,46 +149,46 @@ class StoreDefinition(StoreBase):
         Read on the driver's cursor (prepared.py): 100,000 rows through SQLAlchemy's
         result cost three times the query.
         """
-        with self._read() as s:
+        with self.tx.read() as s:
             conn = s.connection()
             return [(cell, _seconds(at)) for cell, at in _prepared(_DONE, conn.dialect).rows(conn)]
 
     def unfinished_cells(self) -> list[tuple[str, str]]:
         """(id, cfg_hash) of every cell neither done nor running: those a DONE.json could finish."""
-        with self._read() as s:
+        with self.tx.read() as s:
             conn = s.connection()
             return [(cell, cfg_hash) for cell, cfg_hash in _prepared(_UNFINISHED, conn.dialect).rows(conn)]
 
     def steps_digest(self) -> tuple[tuple[str, int, int], ...]:
         """Per state, its cells and their attempts summed: it moves whenever a cell's state or attempt does."""
         q = select(CellRow.state, func.count(), func.sum(CellRow.attempts)).group_by(CellRow.state)
-        with self._read() as s:
+        with self.tx.read() as s:
             return tuple((state, count, int(attempts or 0)) for state, count, attempts in s.execute(q))
 
     def cells_by_id(self, ids: list[str]) -> list[CellRecord]:
         """The records of these cells, in cell order."""
         found: list[CellRecord] = []
-        with self._read() as s:
+        with self.tx.read() as s:
             for batch in _batches(iter(ids)):
                 found.extend(cell_record(r) for r in s.scalars(select(CellRow).where(CellRow.id.in_(batch))))
         return sorted(found, key=lambda c: (c.group, c.index))
 
     def cell_steps(self) -> dict[str, tuple[str, int]]:
         """cell id -> (state, attempts) of every cell: where each stands, without loading its record."""
-        with self._read() as s:
+        with self.tx.read() as s:
             conn = s.connection()
             return {cell: (state, attempts) for cell, state, attempts in _prepared(_STEPS, conn.dialect).rows(conn)}
 
     def cells_not_in(self, state: CellState, limit: int) -> tuple[list[CellRecord], int]:
         """The first `limit` cells in any state but `state`, in cell order, and how many there are in all."""
         other = CellRow.state != state
-        with self._read() as s:
+        with self.tx.read() as s:
             count = s.scalar(select(func.count()).select_from(CellRow).where(other)) or 0
             q = select(CellRow).where(other).order_by(CellRow.group_number, CellRow.index).limit(limit)
             return [cell_record(r) for r in s.scalars(q)], count
 
     def _apply(self, s: Session, plan: Plan) -> None:
-        now = self.clock()
+        now = self.tx.clock()
         _insert_cells(s, plan.new, now)
         ran = _done_results(s, [c.id for c, _ in plan.changed])
         changed = [{"cell_id": c.id, "new_cfg": c.cfg, "new_hash": c.cfg_hash} for c, _ in plan.changed]
@@ -217,7 +222,7 @@ class StoreDefinition(StoreBase):
             .where(_CELLS.c.state == CellState.DONE, _HAS_RAN)
             .order_by(_CELLS.c.group_number, _CELLS.c.index)
         ).all()
-        now = self.clock()
+        now = self.tx.clock()
         self._update(
             s,
             [{"cell_id": r.id} for r in rows],
@@ -248,7 +253,7 @@ class StoreDefinition(StoreBase):
             s.execute(statement, rows)
 
     def _events(self, s: Session, events: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
-        at = self.clock()
+        at = self.tx.clock()
         rows = ({"cell_id": cell, "at": at, "kind": kind, "detail": json_safe(detail)} for cell, kind, detail in events)
         for batch in _batches(rows):
             s.execute(insert(_EVENTS), batch)

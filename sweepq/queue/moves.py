@@ -9,7 +9,7 @@ from sqlalchemy import null, update
 from sweepq.queue import states
 from sweepq.queue.schema import CellRow, CheckpointRow
 from sweepq.queue.states import CellState, CheckpointState, Reason
-from sweepq.queue.transactions import StoreBase, rowcount
+from sweepq.queue.transactions import Transactions, rowcount
 
 # What `reset` clears: the cell starts over as if it had never run (ran_cfg as SQL NULL: no result kept).
 _NO_PROGRESS: dict[str, Any] = dict.fromkeys(
@@ -18,7 +18,12 @@ _NO_PROGRESS: dict[str, Any] = dict.fromkeys(
 _NO_PROGRESS["ran_cfg"] = null()
 
 
-class StoreMoves(StoreBase):
+class Moves:
+    """The user's verbs: retry, reset, cancel."""
+
+    def __init__(self, tx: Transactions) -> None:
+        self.tx = tx
+
     def retry(self, cells: list[str]) -> list[str]:
         """failed/cancelled -> queued with a fresh budget; returns the cells moved."""
         return self._user_move(cells, "retry", fresh_budget=True)
@@ -33,9 +38,9 @@ class StoreMoves(StoreBase):
         Returns (cancelled now, cancellation requested for running cells).
         """
         moved = self._user_move(cells, "cancel")
-        now = self.clock()
+        now = self.tx.clock()
         requested = []
-        with self._write() as s:
+        with self.tx.write() as s:
             for cid in cells:
                 res = s.execute(
                     update(CellRow)
@@ -44,16 +49,16 @@ class StoreMoves(StoreBase):
                 )
                 if rowcount(res) == 1:
                     requested.append(cid)
-                    self._event(s, cid, "cancel_requested", {})
+                    self.tx.event(s, cid, "cancel_requested", {})
         return moved, requested
 
     def _user_move(
         self, cells: list[str], verb: str, *, fresh_budget: bool = False, clear_progress: bool = False
     ) -> list[str]:
         ((target, sources),) = states.USER_TRANSITIONS[verb].items()
-        now = self.clock()
+        now = self.tx.clock()
         moved = []
-        with self._write() as s:
+        with self.tx.write() as s:
             for cid in cells:
                 values: dict[str, Any] = {
                     "state": target,
@@ -77,7 +82,7 @@ class StoreMoves(StoreBase):
                 )
                 if rowcount(res) == 1:
                     moved.append(cid)
-                    self._event(s, cid, verb, {})
+                    self.tx.event(s, cid, verb, {})
                     if clear_progress:
                         s.execute(
                             update(CheckpointRow)

@@ -21,8 +21,7 @@ from urllib.parse import quote
 
 from sweepq.errors import UsageError
 from sweepq.layout import CELLS_DIR, RootPaths
-from sweepq.queue.forecast.reads import ForecastReads
-from sweepq.queue.reads import CellReads
+from sweepq.queue.reads import Reads
 
 BUSY_TIMEOUT_S = 60.0
 SIDECARS = ("-wal", "-shm")  # SQLite's files beside a WAL-mode database
@@ -192,11 +191,14 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Reader(ForecastReads, CellReads):
-    """Open with `Reader.open(root)`; it holds no connection between reads (closing it is a no-op)."""
+class Reader(Reads):
+    """The queue's `Reads` over the SQLite file opened read-only: open with `Reader.open(root)`. It holds no
+    connection between reads (closing it is a no-op): each read opens its own, in its own transaction, as
+    the read-only engine's (no pool), its recipe decided from the files as they are then."""
 
     def __init__(self, root: Path, path: Path, clock: Callable[[], datetime] = _utcnow) -> None:
-        self.root, self.path, self._clock = root, path, clock
+        super().__init__(root, self._raw, clock)
+        self.path = path
 
     @classmethod
     def open(cls, root: Path, clock: Callable[[], datetime] = _utcnow) -> Reader:
@@ -210,9 +212,6 @@ class Reader(ForecastReads, CellReads):
         check_holds_queue(root, path, reader.revision)
         check_current(reader.revision(), str(path))
         return reader
-
-    def clock(self) -> datetime:
-        return self._clock()
 
     def revision(self) -> str | None:
         with self._raw() as c:

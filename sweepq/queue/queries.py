@@ -17,11 +17,53 @@ not kept (`Store.keep_spans`, at each launch).
 
 from __future__ import annotations
 
-from sweepq.queue.forecast.model import UNSETTLED
-from sweepq.queue.states import CheckpointState, Reason
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
-_UNSETTLED = ", ".join(sorted(f"'{s}'" for s in UNSETTLED))
-SETTLED = f"c.state NOT IN ({_UNSETTLED}) AND NOT c.removed"  # a cell `c` that takes no worker
+from sweepq.queue.states import UNSETTLED, CellState, CheckpointState, Reason
+
+IN_BATCH = 500  # ids in one IN (...): well under SQLite's limit on bound parameters
+
+
+class Driver(Protocol):
+    """The driver's connection, as `sqlite3.Connection` is: `execute` gives a cursor of tuples."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Any: ...
+
+
+def marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+def in_lists(ids: Sequence[str]) -> Iterator[tuple[str, Sequence[str]]]:
+    """`ids` in lists of IN_BATCH (a list of IN (...) not json_each: SQLite's JSON functions are optional
+    before 3.38): each list's `?, ?, ...` and its ids."""
+    for i in range(0, len(ids), IN_BATCH):
+        some = ids[i : i + IN_BATCH]
+        yield marks(len(some)), some
+
+
+# -- the vocabulary: each word said once ------------------------------------------------------------
+# SQLite-only spellings are named here and nowhere else: `live` (a 0/1 column) and, in the spans below,
+# `_us` (time text to microseconds), `INDEXED BY` and `MATERIALIZED`. A second dialect replaces these.
+
+
+def live(t: str = "") -> str:
+    """A cell still in the sweep (not removed from its file); `t` the table's prefix (`cells.`, `c.`).
+    Spelled as SQLAlchemy spells `removed.is_(False)` on SQLite: the claim index is read the same way."""
+    return f"{t}removed IS 0"
+
+
+def cell_order(t: str = "") -> str:
+    """Cell order: by group, then by index within it (claims take cells in it, listings show them in it;
+    claim.py's `claim_order` is the same order in Core)."""
+    return f'{t}group_number, {t}"index"'
+
+
+#: The states of a cell that still takes a worker (states.UNSETTLED), as an SQL list.
+UNSETTLED_LIST = ", ".join(sorted(f"'{s}'" for s in UNSETTLED))
+#: A cell `c` that takes no worker: settled, and still in the sweep.
+SETTLED = f"c.state NOT IN ({UNSETTLED_LIST}) AND {live('c.')}"
 
 
 def _us(t: str) -> str:
@@ -98,3 +140,58 @@ def keep(cell: bool) -> list[str]:
 
 KEEP_CELL = keep(cell=True)
 KEEP_ALL = keep(cell=False)
+
+
+# -- the forecast's reads (forecast/reads.py) --------------------------------------------------
+
+# Times only where they tell something (a time costs more to read than any other value): the progress
+# of a running cell, the back-off of a waiting one.
+_COLUMNS = (
+    'SELECT cells.id, cells.group_number, cells."index", cells.state, cells.attempts, cells.step, cells.total_steps, '
+    f"CASE WHEN (cells.state = '{CellState.RUNNING}') THEN cells.progress_at END AS progress_at, cells.retry_after, "
+    "CASE WHEN (cells.retry_after IS NOT NULL) THEN cells.updated_at END AS updated_at"
+)
+FORECAST_CELLS = f"{_COLUMNS} FROM cells WHERE {live('cells.')} ORDER BY {cell_order('cells.')}"
+
+# A fresh cell: queued, never tried (no attempt, no checkpoint kept), no back-off. Its forecast is its
+# group's speed and length from the start: `_cell` would make of it a CellSeen with defaults only.
+_FRESH = (
+    f"cells.state = '{CellState.QUEUED}' AND cells.retry_after IS NULL "
+    "AND NOT (EXISTS (SELECT * FROM attempts WHERE attempts.cell_id = cells.id)) "
+    "AND NOT (EXISTS (SELECT * FROM checkpoints WHERE checkpoints.cell_id = cells.id "
+    f"AND checkpoints.state != '{CheckpointState.CORRUPT}'))"
+)
+# The cells that take a worker, each with whether it is fresh (a seek of ix_cells_claim per state).
+UNSETTLED_CELLS = (
+    f"{_COLUMNS}, {_FRESH} AS fresh FROM cells WHERE cells.state IN ({UNSETTLED_LIST}) AND {live('cells.')}"
+)
+
+FORECAST_ATTEMPTS = (
+    "SELECT attempts.cell_id, attempts.number, attempts.started_at, attempts.ended_at, attempts.start_step, "
+    "attempts.end_step, attempts.wall_seconds, attempts.reason, "
+    "attempts.number > (SELECT cells.budget_base FROM cells WHERE cells.id = attempts.cell_id) AS current "
+    "FROM attempts WHERE{only} 1 ORDER BY attempts.cell_id, attempts.number"
+)
+
+# Per attempt, its first and last checkpoint (steps grow with time within an attempt), and the
+# newest committed step (what the cell resumes from).
+FORECAST_MARKS = (
+    "SELECT checkpoints.cell_id, checkpoints.attempt, min(checkpoints.step) AS first_step, "
+    "min(checkpoints.created_at) AS first_at, max(checkpoints.step) AS last_step, "
+    "max(checkpoints.created_at) AS last_at, "
+    f"max(CASE WHEN (checkpoints.state = '{CheckpointState.COMMITTED}') THEN checkpoints.step END) AS committed "
+    f"FROM checkpoints WHERE{{only}} checkpoints.state != '{CheckpointState.CORRUPT}' "
+    "GROUP BY checkpoints.cell_id, checkpoints.attempt"
+)
+
+_SETTLED_CELLS = f"(cells.state NOT IN ({UNSETTLED_LIST})) AND {live('cells.')}"
+SETTLED_LENGTHS = (
+    "SELECT cells.group_number, sum(cells.total_steps), count(*) FROM cells "
+    f"WHERE {_SETTLED_CELLS} AND cells.total_steps IS NOT NULL AND cells.total_steps != 0 GROUP BY cells.group_number"
+)
+# The sweep's time: attempts made since their cell was last run afresh (reset, retry: its budget_base).
+SETTLED_TIMES = (
+    "SELECT min(attempts.started_at), max(attempts.ended_at) "
+    f"FROM attempts JOIN cells ON cells.id = attempts.cell_id WHERE {_SETTLED_CELLS} "
+    "AND attempts.number > cells.budget_base"
+)

@@ -21,10 +21,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from sweepq.errors import UsageError
 from sweepq.queue import states
+from sweepq.queue.forecast import reads as forecast_reads
+from sweepq.queue.forecast.model import CellSeen, Forecast, forecast
+from sweepq.queue.queries import UNSETTLED_LIST, Driver, cell_order, in_lists, live, marks
 from sweepq.queue.records import (
     ATTEMPT_NAMES,
     CELL_NAMES,
@@ -48,7 +51,6 @@ from sweepq.spec.types import Settings
 #: A running cell is said to make no progress once silent for the longer of this and three of its steps.
 STALL_SECONDS = 120.0
 ENV_STALL_SECONDS = "SWEEPQ_STALL_SECONDS"  # overrides STALL_SECONDS (for the reader: `status`)
-IN_BATCH = 500  # ids in one IN (...): well under SQLite's limit on bound parameters
 
 
 def stall_floor() -> float:
@@ -56,12 +58,6 @@ def stall_floor() -> float:
         return max(0.0, float(os.environ.get(ENV_STALL_SECONDS, STALL_SECONDS)))
     except ValueError:
         return STALL_SECONDS
-
-
-class Driver(Protocol):
-    """The driver's connection, as `sqlite3.Connection` is: `execute` gives a cursor of tuples."""
-
-    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -79,18 +75,6 @@ class Census:
 
 def quoted(names: Collection[str], table: str = "") -> str:
     return ", ".join(f'{table}"{n}"' for n in names)
-
-
-def _marks(n: int) -> str:
-    return ", ".join("?" * n)
-
-
-def in_lists(ids: Sequence[str]) -> Iterator[tuple[str, Sequence[str]]]:
-    """`ids` in lists of IN_BATCH (a list of IN (...) not json_each: SQLite's JSON functions are optional
-    before 3.38): each list's `?, ?, ...` and its ids."""
-    for i in range(0, len(ids), IN_BATCH):
-        some = ids[i : i + IN_BATCH]
-        yield _marks(len(some)), some
 
 
 def read_settings(c: Driver, root: Path) -> Settings:
@@ -111,190 +95,12 @@ def _texts(values: Collection[Any]) -> str:
     return ", ".join(sorted(f"'{v}'" for v in values))  # our own states and reasons: no quote in them
 
 
-_LIVE = "removed IS 0"  # as SQLAlchemy spells `removed.is_(False)`: the claim index is read the same way
-_ORDER = 'ORDER BY group_number, "index"'
+_LIVE = live()
+_ORDER = f"ORDER BY {cell_order()}"
 _CELLS = f"SELECT {quoted(CELL_NAMES)} FROM cells"
 _NEWEST_ATTEMPTS = f"SELECT {quoted(ATTEMPT_NAMES, 'a.')} FROM attempts a"
 _NEWEST = "JOIN cells c ON a.cell_id = c.id AND a.number = c.attempts"  # a cell's newest attempt
 _RUNNING = f"'{CellState.RUNNING}'"
-
-
-class StatusReads:
-    """The reads; `_raw()` gives the driver's connection inside one read transaction."""
-
-    root: Path
-
-    def _raw(self) -> AbstractContextManager[Driver]:
-        raise NotImplementedError
-
-    def clock(self) -> datetime:
-        raise NotImplementedError
-
-    # -- the sweep -------------------------------------------------------------------
-
-    def settings(self) -> Settings:
-        with self._raw() as c:
-            return read_settings(c, self.root)
-
-    def census(self, listed: int = 0) -> Census:
-        """The cells counted by state (those gone from the file apart), and the first `listed` ids of each state."""
-        counts: dict[CellState, int] = {}
-        removed = 0
-        with self._raw() as c:
-            for state, gone, count in c.execute("SELECT state, removed, count(*) FROM cells GROUP BY state, removed"):
-                if gone:
-                    removed += count
-                else:
-                    counts[CellState(state)] = count
-            first: dict[CellState, list[str]] = {}
-            if listed > 0:
-                ids = f"SELECT id FROM cells WHERE {_LIVE} AND state = ? {_ORDER} LIMIT ?"
-                first = {state: [i for (i,) in c.execute(ids, (str(state), listed))] for state in counts}
-        return Census(counts, first, removed)
-
-    def unsettled(self) -> int:
-        """Cells that are neither done, failed nor cancelled (and still in the sweep)."""
-        q = f"SELECT count(*) FROM cells WHERE state NOT IN ({_texts(states.TERMINAL)}) AND {_LIVE}"
-        with self._raw() as c:
-            return int(c.execute(q).fetchone()[0] or 0)
-
-    # -- cells -------------------------------------------------------------------------
-
-    def cells(self, include_removed: bool = True) -> list[CellRecord]:
-        """Every cell in cell order, as records built from the driver's tuples (rows.cell_records): reading
-        a sweep of 100,000 took 5.4 s through the ORM, 2.0 s as converted tuples."""
-        q = f"{_CELLS} {'' if include_removed else f'WHERE {_LIVE} '}{_ORDER}"
-        with self._raw() as c:
-            return cell_records(c.execute(q))
-
-    def cells_in(
-        self, states: Collection[CellState], limit: int | None = None, backing_off: bool = False
-    ) -> list[CellRecord]:
-        """The cells in `states` (and with `backing_off`, the queued cells waiting out a retry back-off),
-        still in the sweep, in cell order; the first `limit` of them."""
-        wanted = f"state IN ({_marks(len(states))})"
-        if backing_off:
-            wanted = f"({wanted} OR (state = '{CellState.QUEUED}' AND retry_after IS NOT NULL))"
-        return self._records(f"{_CELLS} WHERE {wanted} AND {_LIVE} {_ORDER}", [str(s) for s in states], limit)
-
-    def best_done(self, goal: str | None, limit: int) -> list[CellRecord]:
-        """The `limit` done cells with the best `best` by `goal` ("max" or "min"); with no goal (no metric
-        in the sweep), the most recently finished."""
-        q = f"{_CELLS} WHERE state = '{CellState.DONE}' AND {_LIVE}"
-        if goal is None:
-            q += ' ORDER BY finished_at DESC, group_number, "index"'
-        else:
-            q += f' AND best IS NOT NULL ORDER BY best {"DESC" if goal == "max" else "ASC"}, group_number, "index"'
-        return self._records(q, [], limit)
-
-    def _records(self, q: str, args: list[Any], limit: int | None) -> list[CellRecord]:
-        if limit is not None:
-            q, args = f"{q} LIMIT ?", [*args, limit]
-        with self._raw() as c:
-            return cell_records(c.execute(q, args))
-
-    def cell_listing(self, batch: int = 5000) -> Iterator[Any]:
-        """Every cell (those gone from the sweep file included) in cell order: the columns of its
-        `status --json` object (`LISTED`, by name), a time as its JSON text (`records.iso`) and a JSON
-        column as its JSON text (None: NULL), so that 100,000 cells make no datetime and parse no JSON
-        (rows.cell_line writes one)."""
-        spell = [(i, _SPELL[name]) for i, name in enumerate(LISTED) if name in _SPELL]
-        make = _Listed._make
-        with self._raw() as c:
-            cursor = c.execute(f"SELECT {quoted(LISTED)} FROM cells {_ORDER}")
-            while rows := cursor.fetchmany(batch):
-                for row in rows:
-                    values = list(row)
-                    for i, f in spell:
-                        if values[i] is not None:  # NULL is None in every spelling
-                            values[i] = f(values[i])
-                    yield make(values)
-
-    # -- attempts --------------------------------------------------------------------
-
-    def last_attempts(self, cells: Sequence[str]) -> list[AttemptRecord]:
-        """Each of `cells`' newest attempt (the one its `attempts` counter names)."""
-        out: list[AttemptRecord] = []
-        with self._raw() as c:
-            for marks, ids in in_lists(cells):
-                out += attempt_records(c.execute(f"{_NEWEST_ATTEMPTS} {_NEWEST} WHERE c.id IN ({marks})", ids))
-        return out
-
-    def usages(self, cells: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
-        """Each cell's usage from its newest attempt that has one (of `cells`, else of every cell): the
-        cell, the number and the usage of the attempts that sampled something, nothing else."""
-        newest: dict[str, tuple[int, dict[str, Any]]] = {}
-        q = "SELECT cell_id, number, usage FROM attempts WHERE usage IS NOT NULL"
-        with self._raw() as c:
-            for marks, ids in [("", ())] if cells is None else in_lists(cells):
-                found = c.execute(f"{q} AND cell_id IN ({marks})", ids) if marks else c.execute(q)
-                for cell, number, text in found:
-                    usage = loads(text)
-                    if usage and (cell not in newest or number > newest[cell][0]):
-                        newest[cell] = (number, usage)
-        return {cell: u for cell, (_, u) in newest.items()}
-
-    def usage_texts(self) -> dict[str, str]:
-        """`usages()` of every cell, each as its JSON text (what `status --json` puts in, unparsed)."""
-        with self._raw() as c:
-            newest = c.execute(_NEWEST_USAGES).fetchall()
-        return {cell: text if _as_stored(text) else _STRICT(json.loads(text)) for cell, text, _ in newest}
-
-    def fault_notes(self) -> dict[str, str]:
-        """What the last attempt said of cells whose last reason is the machine's fault (a full disk)."""
-        q = (
-            f"SELECT c.id, a.note FROM attempts a {_NEWEST} WHERE c.last_reason IN ({_texts(states.MACHINE_FAULTS)}) "
-            "AND a.reason = c.last_reason AND a.note IS NOT NULL"
-        )
-        with self._raw() as c:
-            return dict(c.execute(q))
-
-    # -- running cells -------------------------------------------------------------------
-
-    def running(self) -> list[tuple[str, int]]:
-        """(cell, attempt number) of every cell the database believes is running."""
-        with self._raw() as c:
-            return [(cell, n) for cell, n in c.execute(f"SELECT id, attempts FROM cells WHERE state = {_RUNNING}")]
-
-    def etas(self) -> dict[str, float]:
-        """Seconds left for running cells, from their attempt's rate since it started."""
-        out = {}
-        for r in self._current_attempts():
-            if not r.total_steps or r.step is None or r.progress_at is None:
-                continue
-            done, spent = r.step - (r.start_step or 0), (r.progress_at - r.started_at).total_seconds()
-            if done > 0 and spent > 0:
-                out[r.id] = max(0.0, (r.total_steps - r.step) * spent / done)
-        return out
-
-    def stalls(self) -> dict[str, float]:
-        """Running cells silent for too long: seconds since their last progress (or their attempt's start).
-
-        Too long is relative to the cell's own cadence: three of its steps, at the
-        rate of its current attempt, and at least `stall_floor()` (2 minutes unless
-        SWEEPQ_STALL_SECONDS says otherwise). A live training reports within a second
-        of each logged step (run.log, flushed each second), so such silence means a
-        stopped (SIGSTOP), hung or swapping process, or one that logs more rarely than that.
-        """
-        now, floor = self.clock(), stall_floor()
-        out = {}
-        for r in self._current_attempts():
-            since = r.progress_at or r.started_at
-            silent = (now - since).total_seconds()  # negative when the clock went back: not silent
-            steps = (r.step or 0) - (r.start_step or 0)
-            per_step = (since - r.started_at).total_seconds() / steps if steps > 0 else 0.0
-            if silent > max(floor, 3 * per_step):
-                out[r.id] = silent
-        return out
-
-    def _current_attempts(self) -> list[_Current]:
-        q = (
-            "SELECT c.id, c.step, c.total_steps, c.progress_at, a.started_at, a.start_step "
-            f"FROM attempts a {_NEWEST} WHERE c.state = {_RUNNING}"
-        )
-        with self._raw() as c:
-            rows = c.execute(q).fetchall()
-        return [_Current(i, s, t, None if p is None else utc(p), utc(a), k) for i, s, t, p, a, k in rows]
 
 
 _Current = namedtuple("_Current", "id step total_steps progress_at started_at start_step")
@@ -357,9 +163,185 @@ _MADE = (
 )
 
 
-class CellReads(StatusReads):
+class Reads:
+    """The queue's questions, over a source of connections: `connect()` gives the driver's connection inside
+    one read transaction (the `Store`'s session's, or a `Reader`'s own `sqlite3` one), `clock()` the time."""
+
+    def __init__(
+        self, root: Path, connect: Callable[[], AbstractContextManager[Driver]], clock: Callable[[], datetime]
+    ) -> None:
+        self.root, self._connect, self.clock = root, connect, clock
+
+    # -- the sweep -------------------------------------------------------------------
+
+    def settings(self) -> Settings:
+        with self._connect() as c:
+            return read_settings(c, self.root)
+
+    def census(self, listed: int = 0) -> Census:
+        """The cells counted by state (those gone from the file apart), and the first `listed` ids of each state."""
+        counts: dict[CellState, int] = {}
+        removed = 0
+        with self._connect() as c:
+            for state, gone, count in c.execute("SELECT state, removed, count(*) FROM cells GROUP BY state, removed"):
+                if gone:
+                    removed += count
+                else:
+                    counts[CellState(state)] = count
+            first: dict[CellState, list[str]] = {}
+            if listed > 0:
+                ids = f"SELECT id FROM cells WHERE {_LIVE} AND state = ? {_ORDER} LIMIT ?"
+                first = {state: [i for (i,) in c.execute(ids, (str(state), listed))] for state in counts}
+        return Census(counts, first, removed)
+
+    def unsettled(self) -> int:
+        """Cells that are neither done, failed nor cancelled (and still in the sweep)."""
+        q = f"SELECT count(*) FROM cells WHERE state IN ({UNSETTLED_LIST}) AND {_LIVE}"
+        with self._connect() as c:
+            return int(c.execute(q).fetchone()[0] or 0)
+
+    # -- cells -------------------------------------------------------------------------
+
+    def cells(self, include_removed: bool = True) -> list[CellRecord]:
+        """Every cell in cell order, as records built from the driver's tuples (rows.cell_records): reading
+        a sweep of 100,000 took 5.4 s through the ORM, 2.0 s as converted tuples."""
+        q = f"{_CELLS} {'' if include_removed else f'WHERE {_LIVE} '}{_ORDER}"
+        with self._connect() as c:
+            return cell_records(c.execute(q))
+
+    def cells_in(
+        self, states: Collection[CellState], limit: int | None = None, backing_off: bool = False
+    ) -> list[CellRecord]:
+        """The cells in `states` (and with `backing_off`, the queued cells waiting out a retry back-off),
+        still in the sweep, in cell order; the first `limit` of them."""
+        wanted = f"state IN ({marks(len(states))})"
+        if backing_off:
+            wanted = f"({wanted} OR (state = '{CellState.QUEUED}' AND retry_after IS NOT NULL))"
+        return self._records(f"{_CELLS} WHERE {wanted} AND {_LIVE} {_ORDER}", [str(s) for s in states], limit)
+
+    def best_done(self, goal: str | None, limit: int) -> list[CellRecord]:
+        """The `limit` done cells with the best `best` by `goal` ("max" or "min"); with no goal (no metric
+        in the sweep), the most recently finished."""
+        q = f"{_CELLS} WHERE state = '{CellState.DONE}' AND {_LIVE}"
+        if goal is None:
+            q += f" ORDER BY finished_at DESC, {cell_order()}"
+        else:
+            q += f" AND best IS NOT NULL ORDER BY best {'DESC' if goal == 'max' else 'ASC'}, {cell_order()}"
+        return self._records(q, [], limit)
+
+    def _records(self, q: str, args: list[Any], limit: int | None) -> list[CellRecord]:
+        if limit is not None:
+            q, args = f"{q} LIMIT ?", [*args, limit]
+        with self._connect() as c:
+            return cell_records(c.execute(q, args))
+
+    def cell_listing(self, batch: int = 5000) -> Iterator[Any]:
+        """Every cell (those gone from the sweep file included) in cell order: the columns of its
+        `status --json` object (`LISTED`, by name), a time as its JSON text (`records.iso`) and a JSON
+        column as its JSON text (None: NULL), so that 100,000 cells make no datetime and parse no JSON
+        (rows.cell_line writes one)."""
+        spell = [(i, _SPELL[name]) for i, name in enumerate(LISTED) if name in _SPELL]
+        make = _Listed._make
+        with self._connect() as c:
+            cursor = c.execute(f"SELECT {quoted(LISTED)} FROM cells {_ORDER}")
+            while rows := cursor.fetchmany(batch):
+                for row in rows:
+                    values = list(row)
+                    for i, f in spell:
+                        if values[i] is not None:  # NULL is None in every spelling
+                            values[i] = f(values[i])
+                    yield make(values)
+
+    # -- attempts --------------------------------------------------------------------
+
+    def last_attempts(self, cells: Sequence[str]) -> list[AttemptRecord]:
+        """Each of `cells`' newest attempt (the one its `attempts` counter names)."""
+        out: list[AttemptRecord] = []
+        with self._connect() as c:
+            for marks, ids in in_lists(cells):
+                out += attempt_records(c.execute(f"{_NEWEST_ATTEMPTS} {_NEWEST} WHERE c.id IN ({marks})", ids))
+        return out
+
+    def usages(self, cells: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Each cell's usage from its newest attempt that has one (of `cells`, else of every cell): the
+        cell, the number and the usage of the attempts that sampled something, nothing else."""
+        newest: dict[str, tuple[int, dict[str, Any]]] = {}
+        q = "SELECT cell_id, number, usage FROM attempts WHERE usage IS NOT NULL"
+        with self._connect() as c:
+            for marks, ids in [("", ())] if cells is None else in_lists(cells):
+                found = c.execute(f"{q} AND cell_id IN ({marks})", ids) if marks else c.execute(q)
+                for cell, number, text in found:
+                    usage = loads(text)
+                    if usage and (cell not in newest or number > newest[cell][0]):
+                        newest[cell] = (number, usage)
+        return {cell: u for cell, (_, u) in newest.items()}
+
+    def usage_texts(self) -> dict[str, str]:
+        """`usages()` of every cell, each as its JSON text (what `status --json` puts in, unparsed)."""
+        with self._connect() as c:
+            newest = c.execute(_NEWEST_USAGES).fetchall()
+        return {cell: text if _as_stored(text) else _STRICT(json.loads(text)) for cell, text, _ in newest}
+
+    def fault_notes(self) -> dict[str, str]:
+        """What the last attempt said of cells whose last reason is the machine's fault (a full disk)."""
+        q = (
+            f"SELECT c.id, a.note FROM attempts a {_NEWEST} WHERE c.last_reason IN ({_texts(states.MACHINE_FAULTS)}) "
+            "AND a.reason = c.last_reason AND a.note IS NOT NULL"
+        )
+        with self._connect() as c:
+            return dict(c.execute(q))
+
+    # -- running cells -------------------------------------------------------------------
+
+    def running(self) -> list[tuple[str, int]]:
+        """(cell, attempt number) of every cell the database believes is running."""
+        with self._connect() as c:
+            return [(cell, n) for cell, n in c.execute(f"SELECT id, attempts FROM cells WHERE state = {_RUNNING}")]
+
+    def etas(self) -> dict[str, float]:
+        """Seconds left for running cells, from their attempt's rate since it started."""
+        out = {}
+        for r in self._current_attempts():
+            if not r.total_steps or r.step is None or r.progress_at is None:
+                continue
+            done, spent = r.step - (r.start_step or 0), (r.progress_at - r.started_at).total_seconds()
+            if done > 0 and spent > 0:
+                out[r.id] = max(0.0, (r.total_steps - r.step) * spent / done)
+        return out
+
+    def stalls(self) -> dict[str, float]:
+        """Running cells silent for too long: seconds since their last progress (or their attempt's start).
+
+        Too long is relative to the cell's own cadence: three of its steps, at the
+        rate of its current attempt, and at least `stall_floor()` (2 minutes unless
+        SWEEPQ_STALL_SECONDS says otherwise). A live training reports within a second
+        of each logged step (run.log, flushed each second), so such silence means a
+        stopped (SIGSTOP), hung or swapping process, or one that logs more rarely than that.
+        """
+        now, floor = self.clock(), stall_floor()
+        out = {}
+        for r in self._current_attempts():
+            since = r.progress_at or r.started_at
+            silent = (now - since).total_seconds()  # negative when the clock went back: not silent
+            steps = (r.step or 0) - (r.start_step or 0)
+            per_step = (since - r.started_at).total_seconds() / steps if steps > 0 else 0.0
+            if silent > max(floor, 3 * per_step):
+                out[r.id] = silent
+        return out
+
+    def _current_attempts(self) -> list[_Current]:
+        q = (
+            "SELECT c.id, c.step, c.total_steps, c.progress_at, a.started_at, a.start_step "
+            f"FROM attempts a {_NEWEST} WHERE c.state = {_RUNNING}"
+        )
+        with self._connect() as c:
+            rows = c.execute(q).fetchall()
+        return [_Current(i, s, t, None if p is None else utc(p), utc(a), k) for i, s, t, p, a, k in rows]
+
+    # -- one cell, attempts, checkpoints, events ----------------------------------------
+
     def cell(self, cell_id: str) -> CellRecord:
-        with self._raw() as c:
+        with self._connect() as c:
             found = cell_records(c.execute(_CELL, (cell_id,)))
         if not found:
             raise UsageError(f"no cell {cell_id!r} in the sweep at {self.root}")
@@ -375,23 +357,23 @@ class CellReads(StatusReads):
             f"{_ATTEMPTS}{' WHERE ' if where else ''}{' AND '.join(f for f, _ in where)} "
             f"ORDER BY started_at{order}, id{order}"
         )
-        with self._raw() as c:
+        with self._connect() as c:
             return attempt_records(c.execute(q, [v for _, v in where]))
 
     def attempt(self, cell: str, number: int) -> AttemptRecord | None:
-        with self._raw() as c:
+        with self._connect() as c:
             found = attempt_records(c.execute(_ONE_ATTEMPT, (cell, number)))
         return found[0] if found else None
 
     def checkpoints(self, cell: str) -> list[CheckpointRecord]:
         """The cell's checkpoints by step, whatever their state."""
-        with self._raw() as c:
+        with self._connect() as c:
             return checkpoint_records(c.execute(_CHECKPOINTS, (cell,)))
 
     def checkpoints_in(self, state: str) -> dict[str, list[CheckpointRecord]]:
         """Every cell's checkpoints in `state`, by step: one query, not one a cell (`best` reads them all)."""
         out: dict[str, list[CheckpointRecord]] = {}
-        with self._raw() as c:
+        with self._connect() as c:
             for k in checkpoint_records(c.execute(_IN_STATE, (state,))):
                 out.setdefault(k.cell, []).append(k)
         return out
@@ -400,11 +382,26 @@ class CellReads(StatusReads):
         """(cell, attempt, step) -> when the queue first knew that checkpoint (its row's time), for every
         checkpoint not corrupt: when the training a later attempt resumed from was made (report's training
         lost)."""
-        with self._raw() as c:
+        with self._connect() as c:
             return {(cell, a, step): utc(t) for cell, a, step, t in c.execute(_MADE) if a is not None}
 
     def events(self, cell: str | None = None) -> list[EventRecord]:
         """The history (of `cell`), oldest first."""
         q = f"{_EVENTS}{' WHERE cell_id = ?' if cell is not None else ''} ORDER BY at, id"
-        with self._raw() as c:
+        with self._connect() as c:
             return event_records(c.execute(q, () if cell is None else (cell,)))
+
+    # -- the forecast ------------------------------------------------------------------
+
+    def forecast(self, workers: int) -> Forecast:
+        """The sweep's ETA and each cell's, with `workers` workers, as of the clock; a running cell late by
+        more than the silence `status` calls "no progress" (`stall_floor`) is stalled."""
+        with self._connect() as c:
+            cells, settled = forecast_reads.unsettled(c), forecast_reads.settled(c)
+        return forecast(cells, workers, self.clock(), late_s=stall_floor(), settled=settled)
+
+    def forecast_cells(self) -> list[CellSeen]:
+        """Every cell still in the sweep, settled ones too, with what its attempts showed of their speed
+        (what `forecast` sums in SQL, read one by one)."""
+        with self._connect() as c:
+            return forecast_reads.every_cell(c)

@@ -35,6 +35,7 @@ from sweepq.errors import UsageError
 from sweepq.layout import CellPaths
 from sweepq.outcome import account_of
 from sweepq.queue import liveness, lock, opening, reconcile
+from sweepq.queue.attempts import Attempts
 from sweepq.queue.database import Database
 from sweepq.queue.opening import cell_folders
 from sweepq.queue.reaper import sync_checkpoints
@@ -159,7 +160,7 @@ class _Rebuilding(Store):
     """The store verbs that only a rebuild needs: rows written from what the files say."""
 
     def spec_path(self) -> str | None:
-        with self._read() as s:
+        with self.tx.read() as s:
             row = s.get(SweepRow, 1)
             return None if row is None else row.spec_path
 
@@ -198,7 +199,7 @@ class _Rebuilding(Store):
         result.resumable[cell.id] = step
 
     def _set(self, cell: str, **values: Any) -> None:
-        with self._write() as s:
+        with self.tx.write() as s:
             s.execute(update(CellRow).where(CellRow.id == cell).values(updated_at=self.clock(), **values))
 
     def _recover_attempt(self, cell: str, number: int, paths: CellPaths) -> None:
@@ -207,9 +208,9 @@ class _Rebuilding(Store):
         started = _mtime(paths.attempt_file(number)) or _mtime(folder) or self.clock()
         ended = _newest_mtime(folder) or started
         row = AttemptRow(cell_id=cell, number=number, worker="", host="", started_at=started, start_step=0, gpus=[])
-        self._fill_attempt(row, outcome, ended)
+        Attempts.fill_attempt(row, outcome, ended)
         row.note = f"{RECOVERED}: {outcome.note}" if outcome.note else RECOVERED
-        with self._write() as s:
+        with self.tx.write() as s:
             s.add(row)
 
 

@@ -48,6 +48,8 @@ class CheckpointState(StrEnum):
 
 TERMINAL = frozenset({CellState.DONE, CellState.FAILED, CellState.CANCELLED})
 CLAIMABLE = (CellState.INTERRUPTED, CellState.QUEUED)  # claim order: interrupted first
+#: The cells that still take a worker: those claimable and those running (the rest are settled).
+UNSETTLED = frozenset({CellState.RUNNING, *CLAIMABLE})
 
 # Transitions made by workers while a sweep runs. Terminal states have none:
 # only an explicit user command (see USER_TRANSITIONS) or a verified DONE.json

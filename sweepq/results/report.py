@@ -14,7 +14,10 @@ from sweepq.queue.states import CheckpointState, Reason
 from sweepq.spec.types import Metric
 
 if TYPE_CHECKING:
-    from sweepq.queue.reads import CellReads  # a Store, or a Reader (read commands)
+    from sweepq.queue.opening import Reader
+    from sweepq.queue.store import Store
+
+    CellReads = Store | Reader  # a Store, or a Reader (read commands)
 
 
 def unknown_steps(a: AttemptRecord) -> bool:

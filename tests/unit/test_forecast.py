@@ -10,7 +10,7 @@ import pytest
 from alembic import command
 
 from sweepq.queue import database as db
-from sweepq.queue import reads as status_reads
+from sweepq.queue import queries
 from sweepq.queue.forecast.model import (
     MIN_SPAN_S,
     UNSETTLED,
@@ -22,7 +22,9 @@ from sweepq.queue.forecast.model import (
     forecast,
     span,
 )
-from sweepq.queue.forecast.reads import _UNSETTLED_CELLS, _cells, _settled
+from sweepq.queue.forecast.reads import every_cell as _cells
+from sweepq.queue.forecast.reads import settled as _settled
+from sweepq.queue.queries import UNSETTLED_CELLS as _UNSETTLED_CELLS
 from sweepq.queue.reads import stall_floor
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import CellState, CheckpointState
@@ -214,7 +216,7 @@ def test_the_store_reads_in_three_queries_whatever_the_number_of_cells(store: St
     for cell in ("1.1", "1.2", "1.3", "2.1"):
         run_attempt(store, clock, cell, startup=5, steps=50, spp=0.5, reason="preempted")
     statements: list[str] = []
-    with store._raw() as c:  # SQLite's own trace: every statement the driver runs
+    with store.tx.raw() as c:  # SQLite's own trace: every statement the driver runs
         c.set_trace_callback(statements.append)  # type: ignore[attr-defined]
         try:
             cells = _cells(c)
@@ -303,7 +305,7 @@ def test_settled_cells_summed_by_the_database_give_the_same_forecast(store: Stor
 
 def kept(store: Store) -> int:
     """The attempts whose span is kept on their row (only ended ones have it)."""
-    with store._read() as s:
+    with store.tx.read() as s:
         kept, running = (
             s.connection()
             .exec_driver_sql(
@@ -320,7 +322,7 @@ def same_both_ways(store: Store, spans: int) -> Forecast:
     """The settled spans as the database hands them (kept or worked out) equal those of the cells read one
     by one, and so does every figure of the forecast, to the last bit."""
     cells = store.forecast_cells()
-    with store._raw() as c:
+    with store.tx.raw() as c:
         summed = _settled(c)
     assert sorted(summed.spans) == sorted(Settled().plus(c for c in cells if c.state not in UNSETTLED).spans)
     assert len(summed.spans) == spans
@@ -374,7 +376,7 @@ def test_fresh_cells_read_in_bulk_give_the_same_forecast_as_cells_read_one_by_on
         CellState.CANCELLED,
     ]
     assert store.cell("2.2").retry_after is not None
-    with store._raw() as c:
+    with store.tx.raw() as c:
         fresh = {row[0] for row in c.execute(_UNSETTLED_CELLS) if row[-1]}
     assert fresh == {"1.3", "1.4", "2.4", "2.5", "3.3", "3.4"}
     cells = store.forecast_cells()
@@ -384,5 +386,5 @@ def test_fresh_cells_read_in_bulk_give_the_same_forecast_as_cells_read_one_by_on
         assert fc.complete and fc.ends_at is not None
     assert len({fc.steps_per_second(c) for c in ("1.1", "2.1", "3.2")}) == 3  # each group at its own rate
     assert fc.cell_seconds_left("2.4") != fc.cell_seconds_left("1.3")
-    monkeypatch.setattr(status_reads, "IN_BATCH", 2)  # the cells with a past read by id, two a batch
+    monkeypatch.setattr(queries, "IN_BATCH", 2)  # the cells with a past read by id, two a batch
     assert store.forecast(5) == fc

@@ -179,7 +179,7 @@ def test_cells_read_as_driver_tuples_are_the_records_the_orm_reads(big: Store) -
         conn.exec_driver_sql("UPDATE cells SET updated_at = '2026-01-02 03:04:05.000000' WHERE id = '1.2'")
         conn.exec_driver_sql("UPDATE cells SET metrics = 'null', cfg = 'null' WHERE id = '1.4'")
         conn.exec_driver_sql("UPDATE cells SET metrics = NULL, removed = 1 WHERE id = '1.6'")
-    with big._read() as s:
+    with big.tx.read() as s:
         orm = [cell_record(r) for r in s.scalars(select(CellRow).order_by(CellRow.group_number, CellRow.index))]
     cells = big.cells()
     assert cells == orm and len(cells) == 300
@@ -203,7 +203,7 @@ def test_the_reader_answers_status_as_the_store_does(big: Store) -> None:
     assert list(status_json(reader)) == list(status_json(big))
     troubled = [c.id for c in reader.cells_in([CellState.FAILED, CellState.INTERRUPTED], backing_off=True)]
     assert troubled == TROUBLED
-    with big._read() as s:
+    with big.tx.read() as s:
         newest = [
             orm_record(AttemptRecord, a)
             for a in s.scalars(select(AttemptRow).join(CellRow, CellRow.id == AttemptRow.cell_id))
@@ -228,7 +228,7 @@ def test_what_show_and_attempts_read_is_what_the_orm_reads(big: Store) -> None:
     with big.engine.begin() as conn:
         late = "2099-01-01 00:00:00.000000"
         conn.exec_driver_sql("INSERT INTO events (cell_id, at, kind, detail) VALUES (?, ?, 'odd', NULL)", (cell, late))
-    with big._read() as s:
+    with big.tx.read() as s:
         orm_cell = cell_record(s.get(CellRow, cell))  # type: ignore[arg-type]
         by_start = select(AttemptRow).order_by(AttemptRow.started_at)
         orm_attempts = [orm_record(AttemptRecord, a) for a in s.scalars(by_start)]

@@ -49,9 +49,9 @@ from sweepq.queue.forecast.spans import MIN_SPAN_S as MIN_SPAN_S  # the model's 
 from sweepq.queue.forecast.spans import AttemptSeen, Span, pools, span
 from sweepq.queue.forecast.spans import Point as Point
 from sweepq.queue.states import CLAIMABLE, CellState
+from sweepq.queue.states import UNSETTLED as UNSETTLED
 
 #: The cells that take a worker, now or later; the others only lend their measures (`Settled`).
-UNSETTLED = frozenset({CellState.RUNNING, *CLAIMABLE})
 
 # The input is a tuple per cell and per attempt (not a dataclass): a live view builds one per cell of
 # the sweep at every refresh, and a tuple is several times cheaper to make.

@@ -20,48 +20,40 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sweepq.queue.forecast.model import UNSETTLED, AttemptSeen, CellSeen, Forecast, Point, Settled, Span, forecast
-from sweepq.queue.queries import SETTLED_SPANS
-from sweepq.queue.reads import Driver, StatusReads, in_lists, stall_floor
+from sweepq.queue.forecast.model import AttemptSeen, CellSeen, Point, Settled, Span
+from sweepq.queue.queries import (
+    FORECAST_ATTEMPTS,
+    FORECAST_CELLS,
+    FORECAST_MARKS,
+    SETTLED_LENGTHS,
+    SETTLED_SPANS,
+    SETTLED_TIMES,
+    UNSETTLED_CELLS,
+    Driver,
+    in_lists,
+)
 from sweepq.queue.records import utc
-from sweepq.queue.states import CellState, CheckpointState, Reason
-
-_UNSETTLED = ", ".join(sorted(f"'{s}'" for s in UNSETTLED))
+from sweepq.queue.states import CellState, Reason
 
 
-class ForecastReads(StatusReads):
-    def forecast(self, workers: int) -> Forecast:
-        """The sweep's ETA and each cell's, with `workers` workers, as of the store's clock; a running
-        cell late by more than the silence `status` calls "no progress" (status_reads.stall_floor) is stalled."""
-        with self._raw() as c:
-            cells, settled = _unsettled(c), _settled(c)
-        return forecast(cells, workers, self.clock(), late_s=stall_floor(), settled=settled)
-
-    def forecast_cells(self) -> list[CellSeen]:
-        """Every cell still in the sweep, settled ones too, with what its attempts showed of their speed
-        (what `forecast` sums in SQL, read one by one)."""
-        with self._raw() as c:
-            return _cells(c)
-
-
-def _cells(c: Driver) -> list[CellSeen]:
+def every_cell(c: Driver) -> list[CellSeen]:
     """Every cell still in the sweep, settled ones too, as plain rows (three queries whatever its size)."""
-    rows = [_cell_row(r) for r in c.execute(_CELLS)]
+    rows = [_cell_row(r) for r in c.execute(FORECAST_CELLS)]
     return _seen(rows, _attempts(c, "", ()), _marks(c, "", ()))
 
 
-def _unsettled(c: Driver) -> list[CellSeen]:
+def unsettled(c: Driver) -> list[CellSeen]:
     """The cells that take a worker, in one pass over them that tells the fresh ones (most of a large
     sweep's queue) as bare tuples (what `_cell` would make of them, without the work); the others read as
-    `_cells` reads them, with the attempts and checkpoints of those cells alone, by id."""
+    `every_cell` reads them, with the attempts and checkpoints of those cells alone, by id."""
     past, fresh = [], []
     queued = CellState.QUEUED
-    for *r, new in c.execute(_UNSETTLED_CELLS):
+    for *r, new in c.execute(UNSETTLED_CELLS):
         if new:
             fresh.append(CellSeen(r[0], r[1], r[2], queued, r[6]))
         else:
             past.append(_cell_row(r))
-    past.sort(key=lambda r: (r.group_number, r.index))  # in claim order, as `_cells` reads them
+    past.sort(key=lambda r: (r.group_number, r.index))  # in claim order, as `every_cell` reads them
     attempts: list[_AttemptRow] = []
     marks: list[_MarkRow] = []
     for held, ids in in_lists([r.id for r in past]):
@@ -76,12 +68,12 @@ def _cell_row(r: Sequence[Any]) -> _CellRow:
 
 
 def _attempts(c: Driver, only: str, args: Sequence[Any]) -> list[_AttemptRow]:
-    q = _ATTEMPTS.format(only=only.format(t="attempts"))
+    q = FORECAST_ATTEMPTS.format(only=only.format(t="attempts"))
     return [_AttemptRow(a, n, utc(s), _at(e), *r) for a, n, s, e, *r in c.execute(q, args)]
 
 
 def _marks(c: Driver, only: str, args: Sequence[Any]) -> list[_MarkRow]:
-    q = _CHECKPOINTS.format(only=only.format(t="checkpoints"))
+    q = FORECAST_MARKS.format(only=only.format(t="checkpoints"))
     return [_MarkRow(i, n, fs, _at(fa), ls, _at(la), k) for i, n, fs, fa, ls, la, k in c.execute(q, args)]
 
 
@@ -154,72 +146,22 @@ def _micros(seconds: float) -> int:
     return int(seconds * 1e6 + 0.5)
 
 
-def _settled(c: Driver) -> Settled:
+def settled(c: Driver) -> Settled:
     """The settled cells still in the sweep, summed (forecast.Settled): three queries at any size."""
     spans = [
         (g, cell, Span(steps, micros, startup, bool(ended)))
         for g, cell, steps, micros, startup, ended in c.execute(SETTLED_SPANS).fetchall()
     ]
-    lengths = {g: (steps or 0, n) for g, steps, n in c.execute(_SETTLED_LENGTHS)}
-    began, last_end = c.execute(_SETTLED_TIMES).fetchone()
+    lengths = {g: (steps or 0, n) for g, steps, n in c.execute(SETTLED_LENGTHS)}
+    began, last_end = c.execute(SETTLED_TIMES).fetchone()
     return Settled(spans, lengths, _at(began), _at(last_end))
 
 
-# Times only where they tell something (a time costs more to read than any other value): the progress
-# of a running cell, the back-off of a waiting one.
-_COLUMNS = (
-    'SELECT cells.id, cells.group_number, cells."index", cells.state, cells.attempts, cells.step, cells.total_steps, '
-    f"CASE WHEN (cells.state = '{CellState.RUNNING}') THEN cells.progress_at END AS progress_at, cells.retry_after, "
-    "CASE WHEN (cells.retry_after IS NOT NULL) THEN cells.updated_at END AS updated_at"
-)
-_CELLS = f'{_COLUMNS} FROM cells WHERE cells.removed IS 0 ORDER BY cells.group_number, cells."index"'
 _CellRow = namedtuple(
     "_CellRow", "id group_number index state attempts step total_steps progress_at retry_after updated_at"
 )
 
-# A fresh cell: queued, never tried (no attempt, no checkpoint kept), no back-off. Its forecast is its
-# group's speed and length from the start: `_cell` would make of it a CellSeen with defaults only.
-_FRESH = (
-    f"cells.state = '{CellState.QUEUED}' AND cells.retry_after IS NULL "
-    "AND NOT (EXISTS (SELECT * FROM attempts WHERE attempts.cell_id = cells.id)) "
-    "AND NOT (EXISTS (SELECT * FROM checkpoints WHERE checkpoints.cell_id = cells.id "
-    f"AND checkpoints.state != '{CheckpointState.CORRUPT}'))"
-)
-# The cells that take a worker, each with whether it is fresh (a seek of ix_cells_claim per state).
-_UNSETTLED_CELLS = (
-    f"{_COLUMNS}, {_FRESH} AS fresh FROM cells WHERE cells.state IN ({_UNSETTLED}) AND cells.removed IS 0"
-)
-
-_ATTEMPTS = (
-    "SELECT attempts.cell_id, attempts.number, attempts.started_at, attempts.ended_at, attempts.start_step, "
-    "attempts.end_step, attempts.wall_seconds, attempts.reason, "
-    "attempts.number > (SELECT cells.budget_base FROM cells WHERE cells.id = attempts.cell_id) AS current "
-    "FROM attempts WHERE{only} 1 ORDER BY attempts.cell_id, attempts.number"
-)
 _AttemptRow = namedtuple(
     "_AttemptRow", "cell_id number started_at ended_at start_step end_step wall_seconds reason current"
 )
-
-# Per attempt, its first and last checkpoint (steps grow with time within an attempt), and the
-# newest committed step (what the cell resumes from).
-_CHECKPOINTS = (
-    "SELECT checkpoints.cell_id, checkpoints.attempt, min(checkpoints.step) AS first_step, "
-    "min(checkpoints.created_at) AS first_at, max(checkpoints.step) AS last_step, "
-    "max(checkpoints.created_at) AS last_at, "
-    f"max(CASE WHEN (checkpoints.state = '{CheckpointState.COMMITTED}') THEN checkpoints.step END) AS committed "
-    f"FROM checkpoints WHERE{{only}} checkpoints.state != '{CheckpointState.CORRUPT}' "
-    "GROUP BY checkpoints.cell_id, checkpoints.attempt"
-)
 _MarkRow = namedtuple("_MarkRow", "cell_id attempt first_step first_at last_step last_at committed")
-
-_SETTLED = f"(cells.state NOT IN ({_UNSETTLED})) AND cells.removed IS 0"
-_SETTLED_LENGTHS = (
-    "SELECT cells.group_number, sum(cells.total_steps), count(*) FROM cells "
-    f"WHERE {_SETTLED} AND cells.total_steps IS NOT NULL AND cells.total_steps != 0 GROUP BY cells.group_number"
-)
-# The sweep's time: attempts made since their cell was last run afresh (reset, retry: its budget_base).
-_SETTLED_TIMES = (
-    "SELECT min(attempts.started_at), max(attempts.ended_at) "
-    f"FROM attempts JOIN cells ON cells.id = attempts.cell_id WHERE {_SETTLED} "
-    "AND attempts.number > cells.budget_base"
-)
