@@ -1,7 +1,7 @@
 """How a training run ended, judged by the rules of sweepq.outcome (Witness.TRAINING), without torch.
 
 Shared by the in-process training of `train:` cells (training.py) and the
-attempt process that supervises a program (attempt.py), which must not load
+attempt process that supervises a program (attempt/main.py), which must not load
 torch: what it judges is only a run's counters.
 """
 

@@ -2,7 +2,7 @@
 
 A program that prints without end (a debug print in a loop) would otherwise grow its
 attempt's log until the sweep's disk is full, and stop every worker of the sweep with it.
-So the attempt process (attempt.py) points its standard output and error, which its
+So the attempt process (attempt/main.py) points its standard output and error, which its
 program or its training code inherit, at two pipes, and this small process of its own
 copies them into the log files:
 

@@ -1,6 +1,6 @@
 """What a program cell starts with: its files, its command line, its environment, its launcher.
 
-The attempt process (program.py) starts the user's program as its child:
+The attempt process (program/supervisor.py) starts the user's program as its child:
 
 * The program gets its cfg from the command's macros (`${args}` and friends,
   see spec/command.py) and from a JSON file, and its cell from the environment

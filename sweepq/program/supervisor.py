@@ -1,6 +1,6 @@
 """Subprocess cells: the attempt process runs the user's own program (`program:` or a W&B sweep file).
 
-program_launch.py prepares what the program starts with; this module starts
+launch.py prepares what the program starts with; this module starts
 it, watches it and tells how it ended:
 
 * A stop signal reaching the attempt (preemption, cancel, timeout, the worker's

@@ -4,7 +4,7 @@ An excepthook judges an uncaught exception as in-process training would, and
 an atexit hook waits for the checkpoint in flight (the writer thread is a
 daemon) and writes what the Run knows: start step, last step, best, final
 metrics. The rules are sweepq.outcome's, as Witness.PROGRAM_RUN; the attempt
-process reads the file (program.py, Witness.PROGRAM).
+process reads the file (program/supervisor.py, Witness.PROGRAM).
 """
 
 from __future__ import annotations
