@@ -54,6 +54,25 @@ def test_plan_touches_nothing_and_needs_no_program(tmp_path: Path) -> None:
     assert human.returncode == 0 and "2.2" in human.stdout and '"lr": 2.0' in human.stdout
 
 
+def test_plan_of_a_large_grid_shows_its_first_and_last_cells_and_all_shows_every_row(tmp_path: Path) -> None:
+    seeds = ", ".join(str(s) for s in range(20))
+    spec = write(tmp_path / "big.yaml", f"name: big\ntrain: m:f\ngrid: {{lr: [0.1, 0.2, 0.3], seed: [{seeds}]}}\n")
+    ids = [f"1.{i}" for i in range(1, 61)]
+    shown = cli("plan", "big.yaml", cwd=tmp_path)  # root runs/big: the first line fits a narrow terminal
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "big: 60 cells in 1 group(s), root runs/big, runs m:f"
+    assert lines[1].split() == ["group", "cells", "first", "last"] and lines[2].split() == ["big", "60", "1.1", "1.60"]
+    listed = [line.split()[0] for line in lines[4:-1]]
+    assert listed == [*ids[:10], "…", *ids[-10:]]
+    assert lines[-1] == "40 of 60 cells not shown: --all lists every row, --json every cell"
+    every = cli("plan", "big.yaml", "--all", cwd=tmp_path).stdout.splitlines()
+    assert [line.split()[0] for line in every[2:]] == ids
+    assert every[-1] == ' 1.60  big    {"lr": 0.3, "seed": 19}'
+    assert [c["cell"] for c in cli_json("plan", str(spec))] == ids
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.yaml"]
+
+
 def test_status_and_show_json_fields(done_sweep: tuple[Path, Path]) -> None:
     spec, root = done_sweep
     status = cli_json("status", str(spec))  # the root found from the sweep file
