@@ -1,8 +1,9 @@
-"""The README's training loop, run for real: its ```python block that defines `train`, as printed.
+"""The manual's training loop, run for real: the ```python block of docs/guide/training.md that
+defines `train`, as printed.
 
 The block leaves `build`, `step`, `evaluate` and `steps_per_epoch` to the reader; the module
 written here defines them around a tiny real torch model, so a test trains exactly the loop
-the README shows (an edit of the README's loop is what the tests then run).
+the manual shows (an edit of that loop is what the tests then run).
 The validation score is made up so that a test knows its best epoch: `1 - 0.1 * |epoch - peak|`
 with `peak` from the cfg.
 """
@@ -50,15 +51,18 @@ def evaluate(model):
 """
 
 
+LOOP_PAGE = REPO_ROOT / "docs" / "guide" / "training.md"
+
+
 def readme_train() -> str:
-    """The README's ```python block that defines `train(cfg, run)`."""
-    text = (REPO_ROOT / "README.md").read_text()
+    """The training API page's ```python block that defines `train(cfg, run)`."""
+    text = LOOP_PAGE.read_text()
     (block,) = [b for b in _PY_FENCE.findall(text) if "def train(cfg: dict, run: sweepq.Run)" in b]
     return block
 
 
 def write_module(folder: Path, name: str = "loop") -> Path:
-    """`folder/<name>.py`: the helpers, then the README's loop as printed."""
+    """`folder/<name>.py`: the helpers, then the manual's loop as printed."""
     path = folder / f"{name}.py"
     path.write_text(HELPERS + "\n\n" + readme_train())
     return path

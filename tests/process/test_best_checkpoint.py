@@ -1,6 +1,6 @@
-"""`sweepq best` names a checkpoint that holds each done cell's best, for the README's training loop.
+"""`sweepq best` names a checkpoint that holds each done cell's best, for the manual's training loop.
 
-The README's loop passes its validation score to `run.checkpoint(..., metrics=...)` once an epoch.
+The loop (docs/guide/training.md) passes its validation score to `run.checkpoint(..., metrics=...)` once an epoch.
 With a cadence that never comes due in the run (`every_steps: 1000`), those calls used to be
 dropped: only the final step was committed, without metrics, and `best` said `"checkpoint": null`
 for every cell. Now a checkpoint whose metric beats every checkpoint the cell keeps is committed

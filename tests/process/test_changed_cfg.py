@@ -1,6 +1,6 @@
 """A result is always shown with the cfg that produced it, whatever `--accept-changed` did to the cell.
 
-A real sweep of the README's training loop with `epochs: 2` runs to done with a real launch; the file
+A real sweep of the manual's training loop (docs/guide/training.md) with `epochs: 2` runs to done; the file
 is edited to `epochs: 4` and launched again: refused (the paragraph says what each flag does to done
 cells), then `--accept-changed` (the done cells keep their result beside `epochs 2`, marked, in
 `status`, `show` and `best`, as text and JSON), then `--rerun-changed` (the same cells train on under
@@ -59,7 +59,7 @@ def note(cell: str) -> str:
 
 @pytest.fixture(scope="module")
 def ran_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with grow.yaml (epochs: 2), the README's loop and its root, both cells done: copy it."""
+    """A folder with grow.yaml (epochs: 2), the manual's loop and its root, both cells done: copy it."""
     d = tmp_path_factory.mktemp("grow")
     write_module(d)
     spec = write(d / "grow.yaml", SPEC)

@@ -1,7 +1,8 @@
-"""Every sweep file shown in README.md and docs/sweep-format.md is one sweepq reads.
+"""Every sweep file shown in README.md and the documentation (docs/) is one sweepq reads.
 
 Every ```python block is Python, and every name it imports from sweepq exists
-(a renamed callback or method would leave the README promising it).
+(a renamed callback or method would leave the manual promising it). Every `$ sweepq ...`
+command shown is a command sweepq has, with options it takes.
 
 A ```yaml block is a whole sweep file and must parse (sweepq.spec.sweep.parse_sweep,
 as `plan` reads it, without the machine checks: the programs it names need not exist
@@ -20,7 +21,8 @@ from sweepq.spec.sweep import parse_sweep
 from sweepq.spec.yamlload import load_yaml
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = ("README.md", "docs/sweep-format.md")
+# The README and every page of the site, read from the files as they are: a page added to docs/ is checked too.
+DOCS = ("README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md")))
 _FENCE = re.compile(r"^```yaml( fragment)?[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
@@ -45,11 +47,18 @@ def test_every_yaml_example_is_valid(where: str, whole: bool, text: str) -> None
         load_yaml(text, where)
 
 
-def test_both_forms_are_shown_in_each_document() -> None:
-    """The extraction finds the examples (a fence it missed would leave them unchecked)."""
-    for doc in DOCS:
-        forms = {"wandb" if "method:" in text else "grouped" for _, whole, text in yaml_blocks(doc) if whole}
-        assert forms == {"grouped", "wandb"}, doc
+def forms(docs: tuple[str, ...]) -> set[str]:
+    return {"wandb" if "method:" in text else "grouped" for doc in docs for _, whole, text in yaml_blocks(doc) if whole}
+
+
+def test_the_examples_are_found_where_they_are_shown() -> None:
+    """The extraction finds the examples (a fence it missed would leave them unchecked): the README shows the
+    grouped form, the format reference both forms, the W&B how-to W&B's, the pages that teach by example some."""
+    assert forms(("README.md",)) == {"grouped"}
+    assert forms(("docs/sweep-format.md",)) == {"grouped", "wandb"}
+    assert forms(("docs/howto/wandb.md",)) == {"wandb"}
+    for page in ("docs/guide/sweep-files.md", "docs/howto/own-script.md", "docs/howto/hydra.md"):
+        assert forms((page,)) == {"grouped"}, page
 
 
 def test_an_invalid_example_would_fail() -> None:
@@ -63,8 +72,9 @@ def test_an_invalid_example_would_fail() -> None:
 
 _PY_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 PY_BLOCKS = [
-    (f"README.md:{text.count(chr(10), 0, m.start()) + 1}", m.group(1))
-    for text in [(REPO / "README.md").read_text()]
+    (f"{doc}:{text.count(chr(10), 0, m.start()) + 1}", m.group(1))
+    for doc in DOCS
+    for text in [(REPO / doc).read_text()]
     for m in _PY_FENCE.finditer(text)
 ]
 
@@ -81,11 +91,51 @@ def test_every_python_example_parses_and_its_sweepq_names_exist(where: str, code
             for alias in node.names:
                 assert hasattr(module, alias.name), f"{where}: {node.module} has no {alias.name}"
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "run":
-            from sweepq.run.run import Run
+            from sweepq import Run
 
             assert hasattr(Run, node.attr), f"{where}: sweepq.Run has no {node.attr}"
 
 
 def test_the_integrations_are_shown() -> None:
-    shown = "\n".join(code for _, code in PY_BLOCKS)
-    assert "sweepq.integrations.lightning" in shown and "sweepq.integrations.transformers" in shown
+    shown: dict[str, str] = {}
+    for where, code in PY_BLOCKS:
+        shown[where.split(":")[0]] = shown.get(where.split(":")[0], "") + code
+    assert "sweepq.integrations.lightning" in shown["docs/howto/lightning.md"]
+    assert "sweepq.integrations.transformers" in shown["docs/howto/hugging-face.md"]
+    assert "def train(cfg: dict, run: sweepq.Run)" in shown["README.md"]
+
+
+# A command shown as typed at a prompt, in any fenced block: `$ sweepq NAME [SUB] ARGS...  # comment`.
+_SHOWN = re.compile(r"^[ \t]*\$ sweepq (.*)$", re.MULTILINE)
+COMMANDS_SHOWN = [
+    (f"{doc}:{text.count(chr(10), 0, m.start()) + 1}", m.group(1))
+    for doc in DOCS
+    for text in [(REPO / doc).read_text()]
+    for m in _SHOWN.finditer(text)
+]
+
+
+def test_commands_are_shown() -> None:
+    assert {line.split()[0] for _, line in COMMANDS_SHOWN} >= {"launch", "status", "show", "best", "plan", "report"}
+
+
+@pytest.mark.parametrize(("where", "line"), COMMANDS_SHOWN, ids=[c[0] for c in COMMANDS_SHOWN])
+def test_every_command_shown_exists_with_its_options(where: str, line: str) -> None:
+    """A renamed command or option would leave the manual showing one that sweepq refuses."""
+    import shlex
+
+    import click
+
+    from sweepq.cli.main import main
+
+    words = shlex.split(line, comments=True)
+    ctx = click.Context(main)
+    command = main.get_command(ctx, words[0])
+    assert command is not None, f"{where}: sweepq has no command {words[0]!r}"
+    if isinstance(command, click.Group):  # `export csv ...`: the subcommand's options
+        command = command.get_command(ctx, words[1])
+        assert command is not None, f"{where}: sweepq {words[0]} has no command {words[1]!r}"
+    options = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    for word in words[1:]:
+        if word.startswith("-") and not word.lstrip("-").replace(".", "").isdigit():
+            assert word.split("=")[0] in options, f"{where}: sweepq {words[0]} has no option {word}"
