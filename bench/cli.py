@@ -22,6 +22,11 @@ processes to start (six minutes here). It is left half-finished: 76 cells done, 
 (an error, no retry budget), 5 interrupted (stopped mid-way, as by a Ctrl-C), 10 never
 started. `--root DIR` times an existing root instead (e.g. one made by `sweepq launch`);
 `show` then reads its first cell.
+
+`plan` is timed on two grids of a trivial `train:` (no root: plan writes nothing), of
+PLAN_CELLS[0] and PLAN_CELLS[1] cells, in the same rounds: `plan_scale` gives the ratio
+of the large grid's median to the small one's, against PLAN_TARGET_RATIO (a large grid is
+summarised, so its time is its expansion's, not that of printing every row).
 """
 
 from __future__ import annotations
@@ -45,6 +50,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from benchlib import interleave, load, log  # bench/ is on sys.path: the scripts run from it
 
 TARGET_RATIO = 6.0
+PLAN_CELLS = (1_000, 100_000)  # plan's grids: 10 or 1,000 seeds x 100 learning rates
+PLAN_TARGET_RATIO = 8.0  # plan of the large grid against the small one's
+PLAN_SPEC = """\
+name: plan-%d
+train: trivial:train
+max_cells: %d
+grid:
+  seed: [%s]
+  lr: [%s]
+"""
 TARGETED = ("status", "--help")  # the commands the target is set for
 CELLS = 100
 SEEDS, LRS = 10, 10  # the grid: SEEDS x LRS = CELLS
@@ -139,6 +154,29 @@ def _attempt(store: Any, cell: str, number: int, n: int) -> None:
     store.finish(cell, number, outcome)
 
 
+def write_plan_specs(folder: Path) -> list[Path]:
+    """The grids `plan` is timed on, beside the trivial module (which plan never imports)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "trivial.py").write_text(TRAIN)
+    lrs = ", ".join(f"{0.001 * (i + 1):.3f}" for i in range(100))
+    specs = []
+    for n in PLAN_CELLS:
+        spec = folder / f"plan-{n}.yaml"
+        spec.write_text(PLAN_SPEC % (n, n, ", ".join(str(s) for s in range(n // 100)), lrs))
+        specs.append(spec)
+    return specs
+
+
+def plan_commands(specs: list[Path]) -> dict[str, list[str]]:
+    return {f"plan {n:,} cells": [*sweepq_argv(), "plan", str(spec)] for n, spec in zip(PLAN_CELLS, specs, strict=True)}
+
+
+def plan_scale(times: dict[str, list[float]]) -> dict[str, Any]:
+    small, large = (statistics.median(times[f"plan {n:,} cells"]) for n in PLAN_CELLS)
+    ratio = round(large / small, 2)
+    return {"cells": list(PLAN_CELLS), "ratio": ratio, "target": PLAN_TARGET_RATIO, "pass": ratio <= PLAN_TARGET_RATIO}
+
+
 def commands(root: Path, cell: str) -> dict[str, list[str]]:
     cli, r = sweepq_argv(), str(root)
     return {
@@ -208,7 +246,7 @@ def main() -> None:
         seeded_s = time.perf_counter() - started
         n, first = check(root)
         log(f"{root}: {n} cells; timing {rounds} rounds")
-        argvs = commands(root, first)
+        argvs = commands(root, first) | plan_commands(write_plan_specs(tmp / "plan"))
         before = load()
         methods = {name: runner(argv) for name, argv in argvs.items()}
         times = interleave(methods, rounds, "cli")
@@ -220,6 +258,7 @@ def main() -> None:
             "rounds": rounds,
             "reference": "python -c 'import sqlite3'",
             "figures": figures(times),
+            "plan_scale": plan_scale(times),
             "load_before": before,
             "load_after": load(),
             "python": platform.python_version(),
