@@ -45,6 +45,7 @@ def print_plan(
     all_rows: bool,
     listing: PlanListing = PLAN_LISTING,
 ) -> None:
+    """The sweep's first line, then its cells: every row (a small sweep, or `all_rows`), else a summary."""
     cells = sweep.cells
     # A W&B file may run a command without `program:` (`command: [bash, run.sh]`): name it, never "None".
     entry = sweep.settings.train or sweep.settings.program or " ".join(sweep.settings.command or ())
@@ -73,8 +74,10 @@ def _groups(cells: Sequence[CellSpec]) -> Table:
     """Per group, in the file's order: its cells, the first and the last."""
     counts = Counter(c.group for c in cells)
     table = Table(box=None, header_style="bold")
-    for col, justify in (("group", "left"), ("cells", "right"), ("first", "left"), ("last", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table.add_column("group")
+    table.add_column("cells", justify="right")
+    table.add_column("first")
+    table.add_column("last")
     at = 0
     for group in sorted(counts):
         n = counts[group]
