@@ -59,13 +59,12 @@ from sweepq.queue import states
 from sweepq.queue.liveness import Ownership
 from sweepq.queue.prepared import Prepared
 from sweepq.queue.records import Claim, WorkerInfo
-from sweepq.queue.schema import AttemptRow, CellRow, UTCDateTime
+from sweepq.queue.schema import CELLS, AttemptRow, CellRow, UTCDateTime, cell_order, live
 from sweepq.queue.states import CellState
 from sweepq.queue.transactions import Transactions
 
 # The claim's statements are Core, built once and run with parameters: building an ORM
 # statement costs more than SQLite's whole claim.
-CELLS = cast(Table, CellRow.__table__)
 
 
 def now_param() -> BindParameter[datetime]:
@@ -98,11 +97,11 @@ def claim_order(state: str, cells: FromClause = CELLS, skip: tuple[str, ...] = (
         select(c.id)
         .where(
             c.state == state,
-            c.removed.is_(False),
+            live(cells),
             retry_due(now_param(), cells),
             *(c.id != cell for cell in skip),
         )
-        .order_by(c.group_number, c.index)
+        .order_by(*cell_order(cells))
     )
 
 
@@ -136,7 +135,7 @@ def _claim_statement(dialect: Dialect, named: bool, skip: tuple[str, ...] = ()) 
     returns = (c.id, c.attempts, c.cfg, c.nan_step, c.last_reason)
     stmt = (
         update(CELLS)
-        .where(which, sources, c.removed.is_(False), retry_due(now_param()))
+        .where(which, sources, live(), retry_due(now_param()))
         .values(state=str(CellState.RUNNING), attempts=c.attempts + 1, retry_after=None, updated_at=now_param())
         .returning(*returns)
     )

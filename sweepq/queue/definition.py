@@ -34,7 +34,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sweepq.queue.prepared import Prepared
 from sweepq.queue.reconcile import Cfg, Existing, ReconcilePlan
 from sweepq.queue.records import CellRecord, cell_record, json_safe
-from sweepq.queue.schema import CellRow, EventRow, SweepRow
+from sweepq.queue.schema import CellRow, EventRow, SweepRow, cell_order
 from sweepq.queue.states import CellState
 from sweepq.queue.transactions import Transactions
 from sweepq.spec.types import CellSpec, Settings
@@ -184,7 +184,7 @@ class Definition:
         other = CellRow.state != state
         with self.tx.read() as s:
             count = s.scalar(select(func.count()).select_from(CellRow).where(other)) or 0
-            q = select(CellRow).where(other).order_by(CellRow.group_number, CellRow.index).limit(limit)
+            q = select(CellRow).where(other).order_by(*cell_order()).limit(limit)
             return [cell_record(r) for r in s.scalars(q)], count
 
     def _apply(self, s: Session, plan: Plan) -> None:
@@ -220,7 +220,7 @@ class Definition:
             select(_CELLS.c.id, _CELLS.c.ran_cfg, _CELLS.c.step, _CELLS.c.epoch, _CELLS.c.metrics, _CELLS.c.best)
             .add_columns(_CELLS.c.best_step)
             .where(_CELLS.c.state == CellState.DONE, _HAS_RAN)
-            .order_by(_CELLS.c.group_number, _CELLS.c.index)
+            .order_by(*cell_order())
         ).all()
         now = self.tx.clock()
         self._update(

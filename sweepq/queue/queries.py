@@ -17,10 +17,11 @@ not kept (`Store.keep_spans`, at each launch).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any, Protocol
 
-from sweepq.queue.states import UNSETTLED, CellState, CheckpointState, Reason
+from sweepq.queue.records import ATTEMPT_NAMES, CELL_NAMES, CHECKPOINT_NAMES, EVENT_NAMES
+from sweepq.queue.states import CELL_ORDER, MACHINE_FAULTS, REMOVED, UNSETTLED, CellState, CheckpointState, Reason
 
 IN_BATCH = 500  # ids in one IN (...): well under SQLite's limit on bound parameters
 
@@ -49,21 +50,134 @@ def in_lists(ids: Sequence[str]) -> Iterator[tuple[str, Sequence[str]]]:
 
 
 def live(t: str = "") -> str:
-    """A cell still in the sweep (not removed from its file); `t` the table's prefix (`cells.`, `c.`).
-    Spelled as SQLAlchemy spells `removed.is_(False)` on SQLite: the claim index is read the same way."""
-    return f"{t}removed IS 0"
+    """A live cell, in SQL text; `t` the table's prefix (`cells.`, `c.`). Spelled as SQLAlchemy spells
+    Core's (schema.live) on SQLite, `removed IS 0`, so that ix_cells_claim is read the same way."""
+    return f"{t}{REMOVED} IS 0"
 
 
 def cell_order(t: str = "") -> str:
-    """Cell order: by group, then by index within it (claims take cells in it, listings show them in it;
-    claim.py's `claim_order` is the same order in Core)."""
-    return f'{t}group_number, {t}"index"'
+    """Cell order, in SQL text (an ORDER BY's terms); Core's is schema.cell_order."""
+    return ", ".join(f'{t}"{n}"' for n in CELL_ORDER)
 
 
 #: The states of a cell that still takes a worker (states.UNSETTLED), as an SQL list.
 UNSETTLED_LIST = ", ".join(sorted(f"'{s}'" for s in UNSETTLED))
 #: A cell `c` that takes no worker: settled, and still in the sweep.
-SETTLED = f"c.state NOT IN ({UNSETTLED_LIST}) AND {live('c.')}"
+
+
+def settled(t: str = "") -> str:
+    """A cell that takes no worker: settled (done, failed, cancelled) and still in the sweep."""
+    return f"{t}state NOT IN ({UNSETTLED_LIST}) AND {live(t)}"
+
+
+SETTLED = settled("c.")
+
+
+def quoted(names: Collection[str], table: str = "") -> str:
+    """Column names as a SELECT lists them (`table` their prefix)."""
+    return ", ".join(f'{table}"{n}"' for n in names)
+
+
+def _texts(values: Collection[Any]) -> str:
+    return ", ".join(sorted(f"'{v}'" for v in values))  # our own states and reasons: no quote in them
+
+
+def limited(q: str) -> str:
+    """`q`, its first `?` rows (the last parameter)."""
+    return f"{q} LIMIT ?"
+
+
+# -- what status and the other read commands read (reads.py) ------------------------------------------
+
+#: The columns of a cell's `status --json` object.
+LISTED = (
+    *("id", "group_name", "state", "step", "total_steps", "epoch", "total_epochs", "attempts", "last_reason"),
+    *("metrics", "best", "best_step", "retry_after", "removed", "updated_at", "finished_at", "cfg", "ran_cfg"),
+)
+
+SETTINGS = "SELECT settings FROM sweep WHERE id = 1"
+CENSUS = "SELECT state, removed, count(*) FROM cells GROUP BY state, removed"
+FIRST_IN_STATE = f"SELECT id FROM cells WHERE {live()} AND state = ? ORDER BY {cell_order()} LIMIT ?"
+UNSETTLED_COUNT = f"SELECT count(*) FROM cells WHERE state IN ({UNSETTLED_LIST}) AND {live()}"
+
+_CELL_ROWS = f"SELECT {quoted(CELL_NAMES)} FROM cells"
+EVERY_CELL = f"{_CELL_ROWS} ORDER BY {cell_order()}"
+LIVE_CELLS = f"{_CELL_ROWS} WHERE {live()} ORDER BY {cell_order()}"
+ONE_CELL = f"{_CELL_ROWS} WHERE id = ?"
+LISTING = f"SELECT {quoted(LISTED)} FROM cells ORDER BY {cell_order()}"
+RUNNING = f"SELECT id, attempts FROM cells WHERE state = '{CellState.RUNNING}'"
+
+
+def cells_in(n_states: int, backing_off: bool) -> str:
+    """The live cells in `n_states` states (the parameters), in cell order; with `backing_off`, the queued
+    cells waiting out a retry back-off too."""
+    wanted = f"state IN ({marks(n_states)})"
+    if backing_off:
+        wanted = f"({wanted} OR (state = '{CellState.QUEUED}' AND retry_after IS NOT NULL))"
+    return f"{_CELL_ROWS} WHERE {wanted} AND {live()} ORDER BY {cell_order()}"
+
+
+def best_done(goal: str | None) -> str:
+    """The live done cells, best first by `goal` ("max", "min"); with none, the most recently finished."""
+    done = f"{_CELL_ROWS} WHERE state = '{CellState.DONE}' AND {live()}"
+    if goal is None:
+        return f"{done} ORDER BY finished_at DESC, {cell_order()}"
+    return f"{done} AND best IS NOT NULL ORDER BY best {'DESC' if goal == 'max' else 'ASC'}, {cell_order()}"
+
+
+_NEWEST = "JOIN cells c ON a.cell_id = c.id AND a.number = c.attempts"  # a cell's newest attempt
+
+
+def newest_attempts(held: str) -> str:
+    """The newest attempt of each of the cells `held` (`?, ?, ...`)."""
+    return f"SELECT {quoted(ATTEMPT_NAMES, 'a.')} FROM attempts a {_NEWEST} WHERE c.id IN ({held})"
+
+
+CURRENT_ATTEMPTS = (
+    "SELECT c.id, c.step, c.total_steps, c.progress_at, a.started_at, a.start_step "
+    f"FROM attempts a {_NEWEST} WHERE c.state = '{CellState.RUNNING}'"
+)
+FAULT_NOTES = (
+    f"SELECT c.id, a.note FROM attempts a {_NEWEST} WHERE c.last_reason IN ({_texts(MACHINE_FAULTS)}) "
+    "AND a.reason = c.last_reason AND a.note IS NOT NULL"
+)
+USAGES = "SELECT cell_id, number, usage FROM attempts WHERE usage IS NOT NULL"
+
+
+def usages_of(held: str) -> str:
+    return f"{USAGES} AND cell_id IN ({held})"
+
+
+# Each cell's newest attempt among those whose usage is not empty (SQLite gives a bare column the values
+# of the row that max() picks). Stored by json.dumps: an empty one is `{}` or `null`.
+NEWEST_USAGES = (
+    "SELECT cell_id, usage, max(number) FROM attempts WHERE usage IS NOT NULL AND usage NOT IN ('null', '{}') "
+    "GROUP BY cell_id"
+)
+
+_ATTEMPT_ROWS = f"SELECT {quoted(ATTEMPT_NAMES)} FROM attempts"
+ONE_ATTEMPT = f"{_ATTEMPT_ROWS} WHERE cell_id = ? AND number = ?"
+
+
+def attempts(cell: str | None, reason: str | None, newest_first: bool) -> tuple[str, list[str]]:
+    """The attempts (of `cell`, ended with `reason`) in the order they started, and the parameters."""
+    where = [(f, v) for f, v in (("cell_id = ?", cell), ("reason = ?", reason)) if v is not None]
+    order = " DESC" if newest_first else ""
+    q = f"{_ATTEMPT_ROWS}{' WHERE ' if where else ''}{' AND '.join(f for f, _ in where)} "
+    return f"{q}ORDER BY started_at{order}, id{order}", [v for _, v in where]
+
+
+CHECKPOINTS = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE cell_id = ? ORDER BY step"
+CHECKPOINTS_IN = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE state = ? ORDER BY cell_id, step, id"
+CHECKPOINT_TIMES = (
+    "SELECT cell_id, attempt, step, min(created_at) FROM checkpoints "
+    f"WHERE state != '{CheckpointState.CORRUPT}' GROUP BY cell_id, attempt, step"
+)
+EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events ORDER BY at, id"
+CELL_EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events WHERE cell_id = ? ORDER BY at, id"
+
+
+# -- the forecast's spans (forecast/reads.py; kept by attempts.py) --------------------------------------
 
 
 def _us(t: str) -> str:
@@ -184,7 +298,7 @@ FORECAST_MARKS = (
     "GROUP BY checkpoints.cell_id, checkpoints.attempt"
 )
 
-_SETTLED_CELLS = f"(cells.state NOT IN ({UNSETTLED_LIST})) AND {live('cells.')}"
+_SETTLED_CELLS = settled("cells.")
 SETTLED_LENGTHS = (
     "SELECT cells.group_number, sum(cells.total_steps), count(*) FROM cells "
     f"WHERE {_SETTLED_CELLS} AND cells.total_steps IS NOT NULL AND cells.total_steps != 0 GROUP BY cells.group_number"

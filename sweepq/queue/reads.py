@@ -24,15 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from sweepq.errors import UsageError
-from sweepq.queue import states
+from sweepq.queue import queries
 from sweepq.queue.forecast import reads as forecast_reads
 from sweepq.queue.forecast.model import CellSeen, Forecast, forecast
-from sweepq.queue.queries import UNSETTLED_LIST, Driver, cell_order, in_lists, live, marks
+from sweepq.queue.queries import LISTED, Driver, in_lists
 from sweepq.queue.records import (
-    ATTEMPT_NAMES,
-    CELL_NAMES,
-    CHECKPOINT_NAMES,
-    EVENT_NAMES,
     AttemptRecord,
     CellRecord,
     CheckpointRecord,
@@ -45,7 +41,7 @@ from sweepq.queue.records import (
     loads,
     utc,
 )
-from sweepq.queue.states import CellState, CheckpointState
+from sweepq.queue.states import CellState
 from sweepq.spec.types import Settings
 
 #: A running cell is said to make no progress once silent for the longer of this and three of its steps.
@@ -73,13 +69,9 @@ class Census:
         return sum(self.counts.values())
 
 
-def quoted(names: Collection[str], table: str = "") -> str:
-    return ", ".join(f'{table}"{n}"' for n in names)
-
-
 def read_settings(c: Driver, root: Path) -> Settings:
     """The sweep's settings, from its one row (the Store reads them inside its write transactions too)."""
-    row = c.execute("SELECT settings FROM sweep WHERE id = 1").fetchone()
+    row = c.execute(queries.SETTINGS).fetchone()
     if row is None:
         raise UsageError(f"{root} has a database but no sweep in it yet")
     try:
@@ -91,35 +83,10 @@ def read_settings(c: Driver, root: Path) -> Settings:
         ) from None
 
 
-def _texts(values: Collection[Any]) -> str:
-    return ", ".join(sorted(f"'{v}'" for v in values))  # our own states and reasons: no quote in them
-
-
-_LIVE = live()
-_ORDER = f"ORDER BY {cell_order()}"
-_CELLS = f"SELECT {quoted(CELL_NAMES)} FROM cells"
-_NEWEST_ATTEMPTS = f"SELECT {quoted(ATTEMPT_NAMES, 'a.')} FROM attempts a"
-_NEWEST = "JOIN cells c ON a.cell_id = c.id AND a.number = c.attempts"  # a cell's newest attempt
-_RUNNING = f"'{CellState.RUNNING}'"
-
-
 _Current = namedtuple("_Current", "id step total_steps progress_at started_at start_step")
 
-#: The columns of a cell's `status --json` object.
-LISTED = (
-    *("id", "group_name", "state", "step", "total_steps", "epoch", "total_epochs", "attempts", "last_reason"),
-    *("metrics", "best", "best_step", "retry_after", "removed", "updated_at", "finished_at", "cfg", "ran_cfg"),
-)
 _Listed = namedtuple("_Listed", LISTED)  # type: ignore[misc]
 _STRICT = json.JSONEncoder(allow_nan=False).encode  # as `status --json` refuses a non-finite float
-
-
-# Each cell's newest attempt among those whose usage is not empty (SQLite gives a bare column the values
-# of the row that max() picks). Stored by json.dumps: an empty one is `{}` or `null`.
-_NEWEST_USAGES = (
-    "SELECT cell_id, usage, max(number) FROM attempts WHERE usage IS NOT NULL AND usage NOT IN ('null', '{}') "
-    "GROUP BY cell_id"
-)
 
 
 def _as_stored(text: Any) -> bool:
@@ -151,18 +118,6 @@ _SPELL: dict[str, Callable[[Any], Any]] = {
 }
 
 
-_CELL = f"SELECT {quoted(CELL_NAMES)} FROM cells WHERE id = ?"
-_ATTEMPTS = f"SELECT {quoted(ATTEMPT_NAMES)} FROM attempts"
-_ONE_ATTEMPT = f"{_ATTEMPTS} WHERE cell_id = ? AND number = ?"
-_CHECKPOINTS = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE cell_id = ? ORDER BY step"
-_IN_STATE = f"SELECT {quoted(CHECKPOINT_NAMES)} FROM checkpoints WHERE state = ? ORDER BY cell_id, step, id"
-_EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events"
-_MADE = (
-    "SELECT cell_id, attempt, step, min(created_at) FROM checkpoints "
-    f"WHERE state != '{CheckpointState.CORRUPT}' GROUP BY cell_id, attempt, step"
-)
-
-
 class Reads:
     """The queue's questions, over a source of connections: `connect()` gives the driver's connection inside
     one read transaction (the `Store`'s session's, or a `Reader`'s own `sqlite3` one), `clock()` the time."""
@@ -183,29 +138,29 @@ class Reads:
         counts: dict[CellState, int] = {}
         removed = 0
         with self._connect() as c:
-            for state, gone, count in c.execute("SELECT state, removed, count(*) FROM cells GROUP BY state, removed"):
+            for state, gone, count in c.execute(queries.CENSUS):
                 if gone:
                     removed += count
                 else:
                     counts[CellState(state)] = count
             first: dict[CellState, list[str]] = {}
             if listed > 0:
-                ids = f"SELECT id FROM cells WHERE {_LIVE} AND state = ? {_ORDER} LIMIT ?"
-                first = {state: [i for (i,) in c.execute(ids, (str(state), listed))] for state in counts}
+                first = {
+                    state: [i for (i,) in c.execute(queries.FIRST_IN_STATE, (str(state), listed))] for state in counts
+                }
         return Census(counts, first, removed)
 
     def unsettled(self) -> int:
         """Cells that are neither done, failed nor cancelled (and still in the sweep)."""
-        q = f"SELECT count(*) FROM cells WHERE state IN ({UNSETTLED_LIST}) AND {_LIVE}"
         with self._connect() as c:
-            return int(c.execute(q).fetchone()[0] or 0)
+            return int(c.execute(queries.UNSETTLED_COUNT).fetchone()[0] or 0)
 
     # -- cells -------------------------------------------------------------------------
 
     def cells(self, include_removed: bool = True) -> list[CellRecord]:
         """Every cell in cell order, as records built from the driver's tuples (rows.cell_records): reading
         a sweep of 100,000 took 5.4 s through the ORM, 2.0 s as converted tuples."""
-        q = f"{_CELLS} {'' if include_removed else f'WHERE {_LIVE} '}{_ORDER}"
+        q = queries.EVERY_CELL if include_removed else queries.LIVE_CELLS
         with self._connect() as c:
             return cell_records(c.execute(q))
 
@@ -214,24 +169,16 @@ class Reads:
     ) -> list[CellRecord]:
         """The cells in `states` (and with `backing_off`, the queued cells waiting out a retry back-off),
         still in the sweep, in cell order; the first `limit` of them."""
-        wanted = f"state IN ({marks(len(states))})"
-        if backing_off:
-            wanted = f"({wanted} OR (state = '{CellState.QUEUED}' AND retry_after IS NOT NULL))"
-        return self._records(f"{_CELLS} WHERE {wanted} AND {_LIVE} {_ORDER}", [str(s) for s in states], limit)
+        return self._records(queries.cells_in(len(states), backing_off), [str(s) for s in states], limit)
 
     def best_done(self, goal: str | None, limit: int) -> list[CellRecord]:
         """The `limit` done cells with the best `best` by `goal` ("max" or "min"); with no goal (no metric
         in the sweep), the most recently finished."""
-        q = f"{_CELLS} WHERE state = '{CellState.DONE}' AND {_LIVE}"
-        if goal is None:
-            q += f" ORDER BY finished_at DESC, {cell_order()}"
-        else:
-            q += f" AND best IS NOT NULL ORDER BY best {'DESC' if goal == 'max' else 'ASC'}, {cell_order()}"
-        return self._records(q, [], limit)
+        return self._records(queries.best_done(goal), [], limit)
 
     def _records(self, q: str, args: list[Any], limit: int | None) -> list[CellRecord]:
         if limit is not None:
-            q, args = f"{q} LIMIT ?", [*args, limit]
+            q, args = queries.limited(q), [*args, limit]
         with self._connect() as c:
             return cell_records(c.execute(q, args))
 
@@ -243,7 +190,7 @@ class Reads:
         spell = [(i, _SPELL[name]) for i, name in enumerate(LISTED) if name in _SPELL]
         make = _Listed._make
         with self._connect() as c:
-            cursor = c.execute(f"SELECT {quoted(LISTED)} FROM cells {_ORDER}")
+            cursor = c.execute(queries.LISTING)
             while rows := cursor.fetchmany(batch):
                 for row in rows:
                     values = list(row)
@@ -259,17 +206,16 @@ class Reads:
         out: list[AttemptRecord] = []
         with self._connect() as c:
             for marks, ids in in_lists(cells):
-                out += attempt_records(c.execute(f"{_NEWEST_ATTEMPTS} {_NEWEST} WHERE c.id IN ({marks})", ids))
+                out += attempt_records(c.execute(queries.newest_attempts(marks), ids))
         return out
 
     def usages(self, cells: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         """Each cell's usage from its newest attempt that has one (of `cells`, else of every cell): the
         cell, the number and the usage of the attempts that sampled something, nothing else."""
         newest: dict[str, tuple[int, dict[str, Any]]] = {}
-        q = "SELECT cell_id, number, usage FROM attempts WHERE usage IS NOT NULL"
         with self._connect() as c:
             for marks, ids in [("", ())] if cells is None else in_lists(cells):
-                found = c.execute(f"{q} AND cell_id IN ({marks})", ids) if marks else c.execute(q)
+                found = c.execute(queries.usages_of(marks), ids) if marks else c.execute(queries.USAGES)
                 for cell, number, text in found:
                     usage = loads(text)
                     if usage and (cell not in newest or number > newest[cell][0]):
@@ -279,24 +225,20 @@ class Reads:
     def usage_texts(self) -> dict[str, str]:
         """`usages()` of every cell, each as its JSON text (what `status --json` puts in, unparsed)."""
         with self._connect() as c:
-            newest = c.execute(_NEWEST_USAGES).fetchall()
+            newest = c.execute(queries.NEWEST_USAGES).fetchall()
         return {cell: text if _as_stored(text) else _STRICT(json.loads(text)) for cell, text, _ in newest}
 
     def fault_notes(self) -> dict[str, str]:
         """What the last attempt said of cells whose last reason is the machine's fault (a full disk)."""
-        q = (
-            f"SELECT c.id, a.note FROM attempts a {_NEWEST} WHERE c.last_reason IN ({_texts(states.MACHINE_FAULTS)}) "
-            "AND a.reason = c.last_reason AND a.note IS NOT NULL"
-        )
         with self._connect() as c:
-            return dict(c.execute(q))
+            return dict(c.execute(queries.FAULT_NOTES))
 
     # -- running cells -------------------------------------------------------------------
 
     def running(self) -> list[tuple[str, int]]:
         """(cell, attempt number) of every cell the database believes is running."""
         with self._connect() as c:
-            return [(cell, n) for cell, n in c.execute(f"SELECT id, attempts FROM cells WHERE state = {_RUNNING}")]
+            return [(cell, n) for cell, n in c.execute(queries.RUNNING)]
 
     def etas(self) -> dict[str, float]:
         """Seconds left for running cells, from their attempt's rate since it started."""
@@ -330,19 +272,15 @@ class Reads:
         return out
 
     def _current_attempts(self) -> list[_Current]:
-        q = (
-            "SELECT c.id, c.step, c.total_steps, c.progress_at, a.started_at, a.start_step "
-            f"FROM attempts a {_NEWEST} WHERE c.state = {_RUNNING}"
-        )
         with self._connect() as c:
-            rows = c.execute(q).fetchall()
+            rows = c.execute(queries.CURRENT_ATTEMPTS).fetchall()
         return [_Current(i, s, t, None if p is None else utc(p), utc(a), k) for i, s, t, p, a, k in rows]
 
     # -- one cell, attempts, checkpoints, events ----------------------------------------
 
     def cell(self, cell_id: str) -> CellRecord:
         with self._connect() as c:
-            found = cell_records(c.execute(_CELL, (cell_id,)))
+            found = cell_records(c.execute(queries.ONE_CELL, (cell_id,)))
         if not found:
             raise UsageError(f"no cell {cell_id!r} in the sweep at {self.root}")
         return found[0]
@@ -351,30 +289,24 @@ class Reads:
         self, cell: str | None = None, reason: str | None = None, newest_first: bool = False
     ) -> list[AttemptRecord]:
         """The attempts (of `cell`, ended with `reason`), in the order they started."""
-        where = [(f, v) for f, v in (("cell_id = ?", cell), ("reason = ?", reason)) if v is not None]
-        order = " DESC" if newest_first else ""
-        q = (
-            f"{_ATTEMPTS}{' WHERE ' if where else ''}{' AND '.join(f for f, _ in where)} "
-            f"ORDER BY started_at{order}, id{order}"
-        )
         with self._connect() as c:
-            return attempt_records(c.execute(q, [v for _, v in where]))
+            return attempt_records(c.execute(*queries.attempts(cell, reason, newest_first)))
 
     def attempt(self, cell: str, number: int) -> AttemptRecord | None:
         with self._connect() as c:
-            found = attempt_records(c.execute(_ONE_ATTEMPT, (cell, number)))
+            found = attempt_records(c.execute(queries.ONE_ATTEMPT, (cell, number)))
         return found[0] if found else None
 
     def checkpoints(self, cell: str) -> list[CheckpointRecord]:
         """The cell's checkpoints by step, whatever their state."""
         with self._connect() as c:
-            return checkpoint_records(c.execute(_CHECKPOINTS, (cell,)))
+            return checkpoint_records(c.execute(queries.CHECKPOINTS, (cell,)))
 
     def checkpoints_in(self, state: str) -> dict[str, list[CheckpointRecord]]:
         """Every cell's checkpoints in `state`, by step: one query, not one a cell (`best` reads them all)."""
         out: dict[str, list[CheckpointRecord]] = {}
         with self._connect() as c:
-            for k in checkpoint_records(c.execute(_IN_STATE, (state,))):
+            for k in checkpoint_records(c.execute(queries.CHECKPOINTS_IN, (state,))):
                 out.setdefault(k.cell, []).append(k)
         return out
 
@@ -383,13 +315,16 @@ class Reads:
         checkpoint not corrupt: when the training a later attempt resumed from was made (report's training
         lost)."""
         with self._connect() as c:
-            return {(cell, a, step): utc(t) for cell, a, step, t in c.execute(_MADE) if a is not None}
+            return {
+                (cell, a, step): utc(t) for cell, a, step, t in c.execute(queries.CHECKPOINT_TIMES) if a is not None
+            }
 
     def events(self, cell: str | None = None) -> list[EventRecord]:
         """The history (of `cell`), oldest first."""
-        q = f"{_EVENTS}{' WHERE cell_id = ?' if cell is not None else ''} ORDER BY at, id"
         with self._connect() as c:
-            return event_records(c.execute(q, () if cell is None else (cell,)))
+            return event_records(
+                c.execute(queries.EVENTS if cell is None else queries.CELL_EVENTS, () if cell is None else (cell,))
+            )
 
     # -- the forecast ------------------------------------------------------------------
 

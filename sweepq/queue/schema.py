@@ -8,11 +8,24 @@ that migrating an empty database yields exactly these tables).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    DateTime,
+    ForeignKey,
+    FromClause,
+    Index,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
+
+from sweepq.queue.states import CELL_ORDER, REMOVED
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -62,10 +75,10 @@ class SweepRow(Base):
 class CellRow(Base):
     __tablename__ = "cells"
     __table_args__ = (
-        Index("ix_cells_order", "group_number", "index"),
+        Index("ix_cells_order", *CELL_ORDER),
         # The claim's pick (reads.claim_pick) is a seek on (state, removed) walked in claim
         # order, not a scan and a sort; queries of one state use its prefix.
-        Index("ix_cells_claim", "state", "removed", "group_number", "index"),
+        Index("ix_cells_claim", "state", REMOVED, *CELL_ORDER),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "G.I"
@@ -100,6 +113,20 @@ class CellRow(Base):
     # The cfg a done cell's result came from when `launch --accept-changed` gave the cell a new one
     # and kept its result (migration 0006); NULL: `cfg` is the one its result came from.
     ran_cfg: Mapped[dict[str, Any] | None]
+
+
+#: The cells' table, for the statements built in Core (claim.py, definition.py).
+CELLS = cast(Table, CellRow.__table__)
+
+
+def live(cells: FromClause = CELLS) -> ColumnElement[bool]:
+    """A live cell (still in the sweep), in Core: queries.py's word, compiled by each dialect."""
+    return cells.c[REMOVED].is_(False)
+
+
+def cell_order(cells: FromClause = CELLS) -> list[ColumnElement[Any]]:
+    """Cell order, in Core (an ORDER BY's terms): queries.py's CELL_ORDER."""
+    return [cells.c[n] for n in CELL_ORDER]
 
 
 class AttemptRow(Base):

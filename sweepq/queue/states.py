@@ -51,6 +51,20 @@ CLAIMABLE = (CellState.INTERRUPTED, CellState.QUEUED)  # claim order: interrupte
 #: The cells that still take a worker: those claimable and those running (the rest are settled).
 UNSETTLED = frozenset({CellState.RUNNING, *CLAIMABLE})
 
+#: The column of a cell removed from its sweep file; every other cell is live (still in the sweep).
+REMOVED = "removed"
+#: Cell order, by column: by group, then by index within the group. Claims take cells in it (interrupted
+#: ones first: CLAIMABLE), listings show them in it; ix_cells_claim and ix_cells_order hold it.
+CELL_ORDER = ("group_number", "index")
+
+
+def claim_rank(state: CellState, group: int, index: int) -> tuple[int, int, int]:
+    """A claimable cell's place in claim order: its state's in CLAIMABLE (interrupted first), then cell
+    order (group, then index). The forecast's, in Python; claims take the same order in one SQL statement
+    (claim.py's `claim_pick`), and a unit test holds the two equal."""
+    return (CLAIMABLE.index(state), group, index)
+
+
 # Transitions made by workers while a sweep runs. Terminal states have none:
 # only an explicit user command (see USER_TRANSITIONS) or a verified DONE.json
 # (see REPAIR_TRANSITIONS) may move a terminal cell.

@@ -48,7 +48,7 @@ from typing import NamedTuple
 from sweepq.queue.forecast.spans import MIN_SPAN_S as MIN_SPAN_S  # the model's parts, re-exported
 from sweepq.queue.forecast.spans import AttemptSeen, Span, pools, span
 from sweepq.queue.forecast.spans import Point as Point
-from sweepq.queue.states import CLAIMABLE, CellState
+from sweepq.queue.states import CLAIMABLE, CellState, claim_rank
 from sweepq.queue.states import UNSETTLED as UNSETTLED
 
 #: The cells that take a worker, now or later; the others only lend their measures (`Settled`).
@@ -266,7 +266,7 @@ def _job(c: CellSeen, m: _Measures, now: datetime, lasting: dict[tuple[float, in
     key = (spp, length or 0, c.resume_step)
     if (seconds := lasting.get(key)) is None:
         seconds = lasting[key] = (m.startup or 0.0) + _seconds((length or 0) - c.resume_step, spp).total_seconds()
-    rank = (CLAIMABLE.index(c.state), c.group, c.idx)
+    rank = claim_rank(c.state, c.group, c.idx)
     return _Job(rank, c.id, _due(c, now), seconds)
 
 

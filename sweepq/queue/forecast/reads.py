@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict, namedtuple
 from collections.abc import Sequence
 from datetime import timedelta
+from operator import attrgetter
 from typing import Any
 
 from sweepq.queue.forecast.model import AttemptSeen, CellSeen, Point, Settled, Span
@@ -33,7 +34,7 @@ from sweepq.queue.queries import (
     in_lists,
 )
 from sweepq.queue.records import utc
-from sweepq.queue.states import CellState, Reason
+from sweepq.queue.states import CELL_ORDER, CellState, Reason
 
 
 def every_cell(c: Driver) -> list[CellSeen]:
@@ -53,7 +54,7 @@ def unsettled(c: Driver) -> list[CellSeen]:
             fresh.append(CellSeen(r[0], r[1], r[2], queued, r[6]))
         else:
             past.append(_cell_row(r))
-    past.sort(key=lambda r: (r.group_number, r.index))  # in claim order, as `every_cell` reads them
+    past.sort(key=attrgetter(*CELL_ORDER))  # in cell order, as `every_cell` reads them
     attempts: list[_AttemptRow] = []
     marks: list[_MarkRow] = []
     for held, ids in in_lists([r.id for r in past]):
