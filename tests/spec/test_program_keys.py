@@ -12,8 +12,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from sweepq.cli.main import main
 from sweepq.errors import SpecError
 from sweepq.layout import CellPaths
 from sweepq.program.launch import STARTED_NAME, link_inputs, note_started, ran_here_before
@@ -282,3 +284,16 @@ def test_a_module_program_is_checked_as_a_module(tmp_path: Path) -> None:
         message = str(caught.value)
         assert f"program: {program!r} is run as a module (python -m) but cannot be found" in message
         assert hint in message
+
+
+# ------------------------------------------------------------------------- plan
+
+
+def test_plan_names_the_command_of_a_wandb_file_without_a_program(tmp_path: Path) -> None:
+    """A W&B file may run a command of its own (`command: [bash, run.sh]`): plan named it "None"."""
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("method: grid\ncommand: [bash, run.sh, '${args}']\nparameters: {lr: {values: [0.1]}}\n")
+    planned = CliRunner().invoke(main, ["plan", str(spec)])
+    assert planned.exit_code == 0, planned.output
+    first = planned.output.splitlines()[0]
+    assert "None" not in first and first.endswith("runs bash run.sh ${args}")
