@@ -139,3 +139,19 @@ def test_every_command_shown_exists_with_its_options(where: str, line: str) -> N
     for word in words[1:]:
         if word.startswith("-") and not word.lstrip("-").replace(".", "").isdigit():
             assert word.split("=")[0] in options, f"{where}: sweepq {words[0]} has no option {word}"
+
+
+def test_the_readme_is_short_and_states_the_two_commands() -> None:
+    """A newcomer's five minutes: the README stays short, its two commands are the ones CI runs."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    assert "\nmake run     #" in readme and "\nmake test    #" in readme
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert "make test" in ci and "make docs" in ci
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_no_page_names_a_machine(doc: str) -> None:
+    """The manual speaks of the project: no absolute path of a machine it was written on."""
+    text = (REPO / doc).read_text()
+    assert not re.search(r"(?<![\w.])/(home|root|work|tmp/pytest)/", text), doc
