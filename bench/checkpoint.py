@@ -44,12 +44,12 @@ from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import deletion, diskio, lanes, manifest, readio, retention, serialize, snapshot, storage
 from sweepq.checkpoint.image import Files
 from sweepq.checkpoint.storage import LocalFolder
-from sweepq.wire.attempt_spec import AttemptSpec
-from sweepq.run.run import Run
 from sweepq.layout import CellPaths
 from sweepq.queue.reconcile import ReconcilePlan
 from sweepq.queue.store import CheckpointState, Store
+from sweepq.run.run import Run
 from sweepq.spec.sweep import CellSpec, CheckpointPolicy, Settings
+from sweepq.wire.attempt_spec import AttemptSpec
 
 REPO = Path(__file__).resolve().parents[1]
 MB = 1 << 20

@@ -51,10 +51,10 @@ import torch.nn.functional as F
 from benchlib import interleave, load, log  # bench/ is on sys.path: the scripts run from it
 from torch import nn
 
-from sweepq.wire.attempt_spec import AttemptSpec
 from sweepq.run.history_writer import HistoryWriter
 from sweepq.run.run import Run
 from sweepq.spec.sweep import CheckpointPolicy, Settings
+from sweepq.wire.attempt_spec import AttemptSpec
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_SLOWDOWN = 0.01

@@ -30,8 +30,6 @@ from rich.live import Live
 from sweepq.cli import header, launch_lock, launch_summary, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
-from sweepq.worker import gate
-from sweepq.worker import usage_text
 from sweepq.host.diskfull import EXIT_DISK_FULL, workers_stopped
 from sweepq.layout import RootPaths
 from sweepq.queue import reconcile
@@ -43,6 +41,7 @@ from sweepq.queue.store import Store
 from sweepq.results import failures, spelling
 from sweepq.spec.preflight import preflight
 from sweepq.spec.sweep import Sweep, load_sweep
+from sweepq.worker import gate, usage_text
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # not SIGHUP: losing the terminal never stops training
 HARD_STOP_WAIT_S = 10.0

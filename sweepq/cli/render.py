@@ -22,13 +22,13 @@ from sweepq.cli import param_columns
 from sweepq.cli.columns import METRIC, PARAMS, SAME, kept, ranks
 from sweepq.cli.fit import Column, FittedTable, short_header
 from sweepq.cli.plain import SafeConsole
-from sweepq.worker import usage_text
-from sweepq.worker.usage_text import low_gpu_flag
 from sweepq.queue.records import AttemptRecord, CellRecord
 from sweepq.queue.states import CLAIMABLE, CellState
 from sweepq.results import params, report
 from sweepq.results.spelling import fmt_num, fmt_step, metric_of
 from sweepq.spec.types import Metric
+from sweepq.worker import usage_text
+from sweepq.worker.usage_text import low_gpu_flag
 
 STATE_STYLE = {
     CellState.QUEUED: "dim",

@@ -24,10 +24,10 @@ from sweepq.cli.render import (
     fmt_time,
     ran_older_note,
 )
-from sweepq.worker import usage_text
 from sweepq.queue.records import AttemptRecord, CellRecord, CheckpointRecord, EventRecord
 from sweepq.results import params
 from sweepq.spec.types import Metric
+from sweepq.worker import usage_text
 
 
 def show_cell(

@@ -52,9 +52,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from sweepq.errors import SweepqError
-from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE
 from sweepq.program.launch import ENV
 from sweepq.run.run import Run
+from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE
 
 CKPT_NAME = "lightning.ckpt"  # the file of a kept checkpoint
 SCRATCH_NAME = ".sweepq-lightning.ckpt"  # in the output folder, between save_checkpoint and the commit

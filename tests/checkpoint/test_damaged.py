@@ -23,13 +23,13 @@ from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import manifest, marker, retention, serialize, storage
 from sweepq.checkpoint.manifest import STATE, TENSORS, CheckpointCorrupt, CheckpointTooNew
 from sweepq.checkpoint.storage import CheckpointStorage
-from sweepq.wire import channel as chan
-from sweepq.run.committed import CommittedSet
-from sweepq.wire.messages import Corrupt, Superseded
 from sweepq.layout import MANIFEST_NAME, CellPaths
 from sweepq.queue import reaper
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import CellState, CheckpointState, Reason
+from sweepq.run.committed import CommittedSet
+from sweepq.wire import channel as chan
+from sweepq.wire.messages import Corrupt, Superseded
 
 
 def commit(where: CheckpointStorage, step: int, attempt: int = 1) -> checkpoint.Committed:

@@ -30,7 +30,6 @@ from PIL import Image
 from unit.support import WORKER, FakeClock, launch_store, sweep_from
 
 from sweepq.cli.main import main
-from sweepq.run.history_writer import HistoryWriter
 from sweepq.history import attempt_log
 from sweepq.history import format as history_format
 from sweepq.html.charts import LINE_POINTS, TOP
@@ -41,6 +40,7 @@ from sweepq.html.svg import PALETTE
 from sweepq.layout import CellPaths
 from sweepq.queue.records import Outcome
 from sweepq.queue.store import Store
+from sweepq.run.history_writer import HistoryWriter
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 SWEEP = f"""\

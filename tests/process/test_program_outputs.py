@@ -24,12 +24,12 @@ import pytest
 from conftest import HERE, cli, start, tree, wait_for, write
 
 from sweepq.errors import SpecError
-from sweepq.wire.attempt_spec import AttemptSpec
-from sweepq.program.launch import from_sweep_dir, prepare
 from sweepq.layout import CellPaths
+from sweepq.program.launch import from_sweep_dir, prepare
 from sweepq.spec.command import ENV_BINARY, render_command
 from sweepq.spec.preflight import preflight
 from sweepq.spec.sweep import load_sweep
+from sweepq.wire.attempt_spec import AttemptSpec
 
 PROGRAMS = HERE / "programs"
 # `python` in a command is the interpreter running sweepq (sweepq puts its folder first on PATH).

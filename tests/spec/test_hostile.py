@@ -392,9 +392,9 @@ def test_envvar_values_are_shown_as_stars_in_plan_commands(program_dir):
 
 
 def test_a_program_is_started_with_the_real_value_and_sweepq_writes_only_stars(program_dir, monkeypatch):
-    from sweepq.wire.attempt_spec import AttemptSpec
-    from sweepq.program.launch import prepare
     from sweepq.layout import CellPaths
+    from sweepq.program.launch import prepare
+    from sweepq.wire.attempt_spec import AttemptSpec
 
     monkeypatch.setenv("TOK", "s3cr3t-value")
     sweep = load_sweep(sweep_file(program_dir, f"program: t.py\n{SECRET_COMMAND}grid: {{s: [1]}}\n"))

@@ -121,11 +121,11 @@ def test_run_restore_fails_with_the_upgrade_message_and_the_attempt_says_so(tmp_
 
 
 def test_an_attempt_that_meets_a_newer_checkpoint_ends_in_an_error_that_says_upgrade(tmp_path: Path) -> None:
-    from sweepq.wire.attempt_spec import AttemptSpec
-    from sweepq.wire.channel import Channel
     from sweepq.attempt.training import run_train
     from sweepq.queue.states import Reason
     from sweepq.spec.sweep import Settings
+    from sweepq.wire.attempt_spec import AttemptSpec
+    from sweepq.wire.channel import Channel
 
     root = tmp_path / "root"
     c = write(storage.for_cell(CellPaths(root, "1.1")), 3)

@@ -17,13 +17,13 @@ from sqlalchemy.exc import OperationalError
 from sweepq.checkpoint.commit import AsyncWriter
 from sweepq.evidence import Kind
 from sweepq.host import diskfull
-from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE
-from sweepq.run.errors import raised
 from sweepq.layout import CellPaths
 from sweepq.queue.reaper import reap
 from sweepq.queue.states import CellState
 from sweepq.queue.store import Store
+from sweepq.run.errors import raised
 from sweepq.spec.sweep import Sweep
+from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE
 from unit.smallfs import SmallDisk, small_disk
 from unit.support import T0, WORKER, Launch
 

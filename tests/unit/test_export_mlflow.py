@@ -24,11 +24,11 @@ from click.testing import CliRunner
 
 import sweepq.history
 from sweepq.cli.main import main
-from sweepq.run.history_writer import HistoryWriter
 from sweepq.history import CellHistory, stitched
 from sweepq.history.mlflow_runs import MAX_PARAM, ms, refusal
 from sweepq.layout import CellPaths, RootPaths
 from sweepq.queue.records import Outcome
+from sweepq.run.history_writer import HistoryWriter
 from unit.support import WORKER, Launch, sweep_from
 
 pytest.importorskip("mlflow", reason="export mlflow needs the mlflow extra")

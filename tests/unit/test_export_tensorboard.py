@@ -19,10 +19,10 @@ from click.testing import CliRunner
 
 import sweepq.history
 from sweepq.cli.main import main
-from sweepq.run.history_writer import HistoryWriter
 from sweepq.history import CellHistory, stitched
 from sweepq.layout import CellPaths
 from sweepq.queue.records import Outcome
+from sweepq.run.history_writer import HistoryWriter
 from unit.support import WORKER, Launch, sweep_from
 
 pytest.importorskip("tensorboard", reason="export tensorboard needs the tensorboard extra")

@@ -19,8 +19,6 @@ import pytest
 from click.testing import CliRunner
 
 from sweepq.cli.main import main
-from sweepq.run import history_writer
-from sweepq.run.history_writer import HistoryWriter
 from sweepq.history import (
     AttemptInfo,
     CellHistory,
@@ -32,6 +30,8 @@ from sweepq.history import (
 )
 from sweepq.layout import CellPaths
 from sweepq.queue.records import Outcome
+from sweepq.run import history_writer
+from sweepq.run.history_writer import HistoryWriter
 from unit.support import WORKER, Launch, sweep_from
 
 
@@ -160,9 +160,9 @@ def test_appends_after_close_continue_the_same_file(tmp_path: Path) -> None:
 
 
 def run_with_fence(root: Path, fence: Any) -> Any:
-    from sweepq.wire.attempt_spec import AttemptSpec
     from sweepq.run.run import Run
     from sweepq.spec.sweep import CheckpointPolicy, Settings
+    from sweepq.wire.attempt_spec import AttemptSpec
 
     policy = CheckpointPolicy(every_steps=5, auto=False, keep_last=100, keep_best=False)
     settings = Settings(name="s", form="grouped", spec_dir=".", train="m:f", checkpoint=policy)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from sweepq.evidence import Evidence, Intent, Kind, Raised, Report, Witness
-from sweepq.run.errors import DataError, NonFiniteLoss, raised
 from sweepq.outcome import AMENDMENTS, RULES, decide, rule_for
+from sweepq.run.errors import DataError, NonFiniteLoss, raised
 
 T, PR, P, W, X = Witness.TRAINING, Witness.PROGRAM_RUN, Witness.PROGRAM, Witness.WORKER, Witness.REAPER
 TERM, KILL = int(signal.SIGTERM), int(signal.SIGKILL)

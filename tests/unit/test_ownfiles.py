@@ -21,9 +21,9 @@ from sweepq.checkpoint import commit as checkpoint
 from sweepq.checkpoint import serialize, storage
 from sweepq.checkpoint.deletion import remove_gently, wait_deleted
 from sweepq.checkpoint.storage import CheckpointStorage
-from sweepq.wire.channel import Channel
-from sweepq.run.committed import CommittedSet
 from sweepq.layout import CellPaths
+from sweepq.run.committed import CommittedSet
+from sweepq.wire.channel import Channel
 
 STEP = 1 << 16  # the shrinking step of these tests: files of a few of them are shrunk in several cuts
 

@@ -19,16 +19,15 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect
 
-from sweepq.worker import usage
-from sweepq.worker import usage_text
-from sweepq.worker.progress import Progress
-from sweepq.worker.usage import Gpus, Sample, Sampler, summarize, visible_devices
-from sweepq.worker.loop import _sampled
 from sweepq.layout import CellPaths
 from sweepq.queue import database as db
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
 from sweepq.queue.store import Store
+from sweepq.worker import usage, usage_text
+from sweepq.worker.loop import _sampled
+from sweepq.worker.progress import Progress
+from sweepq.worker.usage import Gpus, Sample, Sampler, summarize, visible_devices
 from unit.support import WORKER
 
 MiB = 2**20
