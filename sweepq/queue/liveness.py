@@ -14,16 +14,21 @@ The contract, whatever proves life:
 - Read commands ask `owner_alive`, which never creates or changes anything.
 
 FileLockLiveness proves life with a file lock held by the processes
-themselves (lock.py): it ends with them, however they end. A lease in the
-database (a row with an expiry, renewed by a thread of the holder; taken when
-absent or expired; handed over as a token in the environment) fits the same
-Protocol for workers that share the database but not a file system.
+themselves (lock.py): it ends with them, however they end. A lease (a row with
+an expiry in one shared clock, renewed by its holder; taken when absent or
+expired; handed over as a token in the environment) fits the same Protocol for
+workers that share the database but not a file system. RegistryLiveness is
+that lease over an in-process registry and a clock a test moves: the contract
+suite (tests/contract/test_liveness.py) runs over both, and a lease table in
+the database joins it with the same semantics (`LeaseRegistry` is its shape).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import secrets
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -32,6 +37,7 @@ from sweepq.layout import RootPaths
 from sweepq.queue import lock
 
 ENV_LOCK_FD = "SWEEPQ_LOCK_FD"  # the inherited, locked descriptor of a training process
+ENV_LEASE = "SWEEPQ_LEASE"  # the token of the lease a training process carries
 
 
 class OwnershipLost(RuntimeError):
@@ -56,7 +62,13 @@ class Ownership(Protocol):
         ...
 
     def release(self) -> None:
-        """Drop this process's part; children it was handed to keep theirs. Idempotent."""
+        """Drop this process's part. Idempotent.
+
+        Callers release once the processes they handed it to are gone (a worker
+        after its attempt ended, the reaper after closing it). What a child still
+        holds afterwards is the mechanism's: a lock lives on in the child's
+        descriptor, a lease ends with its holder's renewals.
+        """
         ...
 
     def lost(self) -> str | None:
@@ -163,3 +175,118 @@ class FileLockLiveness:
 
     def owner_alive(self, cell: str) -> bool:
         return lock.is_held(self.paths.cell(cell).lock)
+
+
+# -- leases -------------------------------------------------------------------------------
+
+
+class LeaseRegistry:
+    """Leases of cells: cell -> (token, expiry), every expiry in one clock (the database's, for a table).
+
+    Each method is one atomic statement on the registry, as each would be one
+    short transaction on a lease table: `acquire` an INSERT ... ON CONFLICT
+    that takes only an absent or expired row, `renew` and `drop` an UPDATE or
+    DELETE guarded by the token.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._leases: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, cell: str, token: str, expire_seconds: float) -> bool:
+        with self._lock:
+            now = self.clock()
+            held = self._leases.get(cell)
+            if held is not None and held[1] > now:
+                return False
+            self._leases[cell] = (token, now + expire_seconds)
+            return True
+
+    def renew(self, cell: str, token: str, expire_seconds: float) -> bool:
+        """Extend the lease from now; False when `token` no longer holds it (expired, taken, dropped)."""
+        with self._lock:
+            now = self.clock()
+            held = self._leases.get(cell)
+            if held is None or held[0] != token or held[1] <= now:
+                return False
+            self._leases[cell] = (token, now + expire_seconds)
+            return True
+
+    def holder(self, cell: str) -> str | None:
+        """The token of the unexpired lease on `cell`; None when nobody holds it."""
+        with self._lock:
+            held = self._leases.get(cell)
+            return held[0] if held is not None and held[1] > self.clock() else None
+
+    def drop(self, cell: str, token: str) -> None:
+        with self._lock:
+            if self._leases.get(cell, ("", 0.0))[0] == token:
+                del self._leases[cell]
+
+
+class _LeaseOwnership:
+    def __init__(self, liveness: RegistryLiveness, cell: str, token: str, taker: bool) -> None:
+        self.cell = cell
+        self._liveness = liveness
+        self._token: str | None = token
+        self._taker = taker  # only the taker drops the lease; an heir just stops using it
+
+    @property
+    def held(self) -> bool:
+        return self._token is not None
+
+    def handoff(self) -> Handoff:
+        if self._token is None:
+            raise OwnershipLost(f"the ownership of cell {self.cell} was released")
+        return Handoff(env={ENV_LEASE: self._token})
+
+    def renew(self) -> bool:
+        """Extend the lease by a full term (the holder's renewal thread calls this); False when it is lost."""
+        token = self._token
+        return token is not None and self._liveness.registry.renew(self.cell, token, self._liveness.expire_seconds)
+
+    def release(self) -> None:
+        token, self._token = self._token, None
+        if token is not None and self._taker:
+            self._liveness.registry.drop(self.cell, token)
+
+    def lost(self) -> str | None:
+        token = self._token
+        if token is None:
+            return "its ownership was released"
+        if self._liveness.registry.holder(self.cell) != token:
+            return "its lease expired (not renewed in time) or another holder took the cell"
+        return None
+
+
+class RegistryLiveness:
+    """Ownership is a lease of `expire_seconds` in `registry`, renewed by its holder, handed on as its token."""
+
+    def __init__(self, registry: LeaseRegistry, expire_seconds: float) -> None:
+        self.registry = registry
+        self.expire_seconds = expire_seconds
+        self._inherited: dict[tuple[str, str], _LeaseOwnership] = {}
+
+    def take(self, cell: str) -> _LeaseOwnership | None:
+        token = secrets.token_hex(8)
+        if not self.registry.acquire(cell, token, self.expire_seconds):
+            return None
+        return _LeaseOwnership(self, cell, token, taker=True)
+
+    def inherit(self, cell: str, environ: Mapping[str, str] | None = None) -> Ownership | None:
+        token = (os.environ if environ is None else environ).get(ENV_LEASE)
+        if not token:
+            return None
+        known = self._inherited.get((cell, token))
+        if known is not None and known.held:
+            return known
+        owned = _LeaseOwnership(self, cell, token, taker=False)
+        why = owned.lost()
+        if why is not None:
+            raise OwnershipLost(f"the lease of cell {cell} handed to this process is not held by it: {why}")
+        self._inherited[(cell, token)] = owned
+        return owned
+
+    def owner_alive(self, cell: str) -> bool:
+        return self.registry.holder(cell) is not None

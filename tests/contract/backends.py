@@ -1,0 +1,164 @@
+"""Every implementation of each seam, as the contract suites (tests/contract/) build them: add a backend here.
+
+A seam's contract is one suite, written once, run over every entry of its
+table (optuna's storage tests are the model). A new implementation joins by
+adding one entry; nothing in the suites names an implementation.
+
+- STORE_BACKENDS: name -> a factory `(request, root) -> Database` for the queue of the sweep root
+  `root`. The Store runs over it unchanged (`Store.open(root, database=...)`). A server's factory
+  asks for its fixture through `request.getfixturevalue` (e.g. `postgres_url`,
+  tests/services/fixtures.py), so only the tests that run over it start the server, and each
+  test gets a fresh, empty database.
+- CHECKPOINT_BACKENDS: name -> a `CheckpointBackend`: a storage, and the few acts a test must do
+  behind the interface's back (damage a committed file, link in another sweep's step).
+- LIVENESS_BACKENDS: name -> a `LivenessBackend`: a liveness, what a child process receives from a
+  handoff, and how an owner loses its cell without hearing of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from sweepq import layout
+from sweepq.checkpoint.memory import Bucket, InMemory
+from sweepq.checkpoint.storage import CheckpointStorage, LocalFolder
+from sweepq.queue import liveness
+from sweepq.queue.database import Database
+from sweepq.queue.liveness import ENV_LOCK_FD, Handoff, Liveness, RegistryLiveness
+
+# -- the queue ------------------------------------------------------------------------
+
+StoreFactory = Callable[[pytest.FixtureRequest, Path], Database]
+
+
+def sqlite_file(request: pytest.FixtureRequest, root: Path) -> Database:
+    """The default: sweepq.db in the root, exactly as `Database.for_root` names it."""
+    return Database.for_root(root)
+
+
+STORE_BACKENDS: dict[str, StoreFactory] = {"sqlite": sqlite_file}
+
+
+# -- checkpoint storage ---------------------------------------------------------------
+
+
+class CheckpointBackend(Protocol):
+    def make(self, tmp_path: Path, name: str = "a") -> CheckpointStorage:
+        """An empty storage; storages of one test with other `name`s are other cells beside it."""
+        ...
+
+    def replace(self, storage: CheckpointStorage, step: int, name: str, data: bytes) -> None:
+        """Overwrite a committed step's file `name` (or its manifest.json) behind the storage's back."""
+        ...
+
+    def link(self, storage: CheckpointStorage, step: int, source: CheckpointStorage, source_step: int) -> None:
+        """Make `step` a linked step pointing at `source`'s committed `source_step` (a warm start)."""
+        ...
+
+
+class LocalBackend:
+    def make(self, tmp_path: Path, name: str = "a") -> CheckpointStorage:
+        root = tmp_path / "root"
+        return LocalFolder(root / "cells" / name / "checkpoints", root)
+
+    def replace(self, storage: CheckpointStorage, step: int, name: str, data: bytes) -> None:
+        (storage.location(step) / name).write_bytes(data)
+
+    def link(self, storage: CheckpointStorage, step: int, source: CheckpointStorage, source_step: int) -> None:
+        assert isinstance(storage, LocalFolder)
+        storage.folder.mkdir(parents=True, exist_ok=True)
+        os.symlink(source.location(source_step), storage.folder / layout.step_name(step))
+
+
+class MemoryBackend:
+    def __init__(self) -> None:
+        self.buckets: dict[Path, Bucket] = {}
+
+    def make(self, tmp_path: Path, name: str = "a") -> CheckpointStorage:
+        bucket = self.buckets.setdefault(tmp_path, Bucket())  # the cells of one test share a bucket
+        return InMemory(bucket, f"cells/{name}/checkpoints")
+
+    def replace(self, storage: CheckpointStorage, step: int, name: str, data: bytes) -> None:
+        assert isinstance(storage, InMemory)
+        key = storage._manifest_key(step)
+        record = storage.bucket.get(key)
+        assert record is not None
+        if name == layout.MANIFEST_NAME:
+            storage.bucket.put(key, data, record.meta)
+        else:
+            storage.bucket.put(f"{record.meta['data']}/{name}", data)
+
+    def link(self, storage: CheckpointStorage, step: int, source: CheckpointStorage, source_step: int) -> None:
+        assert isinstance(storage, InMemory) and isinstance(source, InMemory)
+        storage.link(step, source, source_step)
+
+
+CHECKPOINT_BACKENDS: dict[str, Callable[[], CheckpointBackend]] = {"local": LocalBackend, "memory": MemoryBackend}
+
+
+# -- liveness ---------------------------------------------------------------------------
+
+
+class LivenessBackend(Protocol):
+    def make(self, tmp_path: Path) -> Liveness:
+        """A liveness; two calls with one tmp_path are two processes' views of one sweep."""
+        ...
+
+    def child_environ(self, handoff: Handoff) -> dict[str, str]:
+        """What a child started with `handoff` finds in its environment (descriptors passed as a child gets them)."""
+        ...
+
+    def take_away(self, live: Liveness, cell: str) -> None:
+        """Make the owner of `cell` lose it without hearing of it; another owner may take it afterwards."""
+        ...
+
+
+class FileLockBackend:
+    def make(self, tmp_path: Path) -> Liveness:
+        return liveness.FileLockLiveness(tmp_path / "root")
+
+    def child_environ(self, handoff: Handoff) -> dict[str, str]:
+        # A child gets its own descriptor of the same open file description (pass_fds): a dup.
+        env = dict(handoff.env)
+        env[ENV_LOCK_FD] = str(os.dup(int(handoff.env[ENV_LOCK_FD])))
+        return env
+
+    def take_away(self, live: Liveness, cell: str) -> None:
+        # The cell folder moved aside under its owner (a user tidying up): the path names a new folder.
+        assert isinstance(live, liveness.FileLockLiveness)
+        folder = live.paths.cell(cell).lock
+        folder.rename(folder.with_name(folder.name + ".moved"))
+
+
+class RegistryBackend:
+    """Leases in an in-process registry, on a clock the test moves (RegistryLiveness)."""
+
+    def __init__(self) -> None:
+        self.registries: dict[Path, liveness.LeaseRegistry] = {}
+        self.clocks: dict[int, list[float]] = {}  # id(registry) -> [now]
+
+    def make(self, tmp_path: Path) -> Liveness:
+        if tmp_path not in self.registries:
+            now = [0.0]
+            self.registries[tmp_path] = registry = liveness.LeaseRegistry(lambda: now[0])
+            self.clocks[id(registry)] = now
+        return RegistryLiveness(self.registries[tmp_path], expire_seconds=30.0)
+
+    def child_environ(self, handoff: Handoff) -> dict[str, str]:
+        return dict(handoff.env)
+
+    def take_away(self, live: Liveness, cell: str) -> None:
+        # The holder stopped renewing (a frozen machine) until its lease expired.
+        assert isinstance(live, RegistryLiveness)
+        self.clocks[id(live.registry)][0] += live.expire_seconds + 1
+
+
+LIVENESS_BACKENDS: dict[str, Callable[[], LivenessBackend]] = {
+    "flock": FileLockBackend,
+    "registry": RegistryBackend,
+}
