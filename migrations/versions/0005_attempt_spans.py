@@ -62,8 +62,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for name in TRIGGERS:
-        op.execute(f"DROP TRIGGER IF EXISTS {name}")
+    if op.get_bind().dialect.name == "sqlite":  # created only there (upgrade)
+        for name in TRIGGERS:
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")
     op.drop_index('ix_attempts_span', table_name='attempts')
     op.create_index('ix_attempts_started', 'attempts', ['started_at'], unique=False)
     with op.batch_alter_table('attempts', schema=None) as batch_op:

@@ -1,0 +1,1 @@
+"""Real servers the tests start for themselves (PostgreSQL), and their pytest fixtures."""

@@ -1,0 +1,41 @@
+"""The pytest fixtures of the real servers (registered by tests/conftest.py).
+
+`postgres_server`: one throwaway PostgreSQL per test process, started the first time a test asks
+(tests/services/postgres.py says why one per xdist worker). `postgres_url`: a fresh, empty database
+on it for one test. In CI (CI=true) a server that cannot start fails the run; elsewhere its tests
+are skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from services.postgres import PostgresServer, PostgresUnavailable
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        server.start()
+    except (PostgresUnavailable, ImportError) as e:  # ImportError: psycopg (the `postgres` extra) missing
+        if in_ci():
+            pytest.fail(f"CI needs a PostgreSQL server for these tests and none started: {e}", pytrace=False)
+        pytest.skip(f"no PostgreSQL server: {e}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A new database of its own on the session's server (a SQLAlchemy URL)."""
+    return postgres_server.create_database()
