@@ -38,6 +38,14 @@ $(CHROMIUM_STAMP): $(STAMP)
 	command -v chromium || (export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium))
 	touch $(CHROMIUM_STAMP)
 
+# A throwaway PostgreSQL server for the tests of the queue on PostgreSQL (tests/services/postgres.py
+# starts one per test process on 127.0.0.1): Debian's `postgresql`, installed only where it is missing.
+POSTGRES_STAMP := $(VENV)/.postgresql
+
+$(POSTGRES_STAMP): $(STAMP)
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (export DEBIAN_FRONTEND=noninteractive; apt-get -o DPkg::Lock::Timeout=300 install -y -q postgresql || (apt-get update -q && apt-get -o DPkg::Lock::Timeout=300 install -y -q postgresql))
+	touch $(POSTGRES_STAMP)
+
 run: $(STAMP)
 	$(BIN)/sweepq launch sweeps/llm-analysis.yaml
 
@@ -48,11 +56,11 @@ run-over: $(STAMP)
 
 # Two test processes (pytest-xdist), each taking whole files: the process tests spend much of
 # their time waiting on the sweeps they start, so two at once nearly halve the wall time.
-test: $(STAMP) $(WANDB_STAMP) $(CHROMIUM_STAMP)
+test: $(STAMP) $(WANDB_STAMP) $(CHROMIUM_STAMP) $(POSTGRES_STAMP)
 	$(BIN)/pytest -q -ra -n 2 --dist loadfile; code=$$?; if [ $$code -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$code
 
 # The in-process core (tests/unit) and the quick integration tests: a loop of under a minute.
-test-fast: $(STAMP) $(WANDB_STAMP)
+test-fast: $(STAMP) $(WANDB_STAMP) $(POSTGRES_STAMP)
 	$(BIN)/pytest -q -ra -m "not slow and not process"; code=$$?; if [ $$code -eq 5 ]; then exit 0; fi; exit $$code
 
 # The static gate: ruff (lint) and mypy (types), settings in pyproject.toml.
