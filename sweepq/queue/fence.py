@@ -16,7 +16,7 @@ microseconds, during which the lock also has to have failed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -42,10 +42,10 @@ class Fence:
     cell: str
     attempt: int
     ownership: Ownership
-    database: Database = field(init=False)
+    database: Database | None = None  # the queue to ask; the root's own (Database.for_root) when None
 
     def __post_init__(self) -> None:
-        self.database = Database.for_root(self.root, readonly=True)  # asking never writes
+        self._queue = (self.database or Database.for_root(self.root)).read_only()  # asking never writes
 
     def check(self, what: str) -> None:
         """Raise Fenced, naming `what` was refused and why, unless this attempt still owns the cell."""
@@ -55,7 +55,7 @@ class Fence:
 
     def _superseded(self) -> str | None:
         try:
-            with self.database.engine.connect() as conn:
+            with self._queue.engine.connect() as conn:
                 row = conn.execute(_current(self.cell)).first()
         except Exception as e:  # fail closed: a write nobody can vouch for is not made
             return f"the queue could not be read to confirm it: {e.__class__.__name__}: {e}"

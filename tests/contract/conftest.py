@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from contract.backends import CHECKPOINT_BACKENDS, LIVENESS_BACKENDS, CheckpointBackend, LivenessBackend
+from contract.backends import (
+    CHECKPOINT_BACKENDS,
+    LIVENESS_BACKENDS,
+    STORE_BACKENDS,
+    CheckpointBackend,
+    LivenessBackend,
+)
+from sweepq.queue.database import Database
 
 
 @pytest.fixture(params=sorted(CHECKPOINT_BACKENDS))
@@ -17,3 +25,19 @@ def checkpoints(request: pytest.FixtureRequest) -> CheckpointBackend:
 @pytest.fixture(params=sorted(LIVENESS_BACKENDS))
 def owners(request: pytest.FixtureRequest, tmp_path: Path) -> LivenessBackend:
     return LIVENESS_BACKENDS[request.param]()
+
+
+@pytest.fixture(params=sorted(STORE_BACKENDS))
+def store_database(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Database]:
+    """The queue of the sweep root tmp_path/root on one backend: `store_database()` is a new handle on it
+    (another process's, when two stores race). The first call makes the database."""
+    root = tmp_path / "root"
+    made: list[Database] = []
+
+    def handle() -> Database:
+        if not made:
+            made.append(STORE_BACKENDS[request.param](request, root))
+            return made[0]
+        return Database(made[0].url, migrate_lock=made[0].migrate_lock)
+
+    return handle
