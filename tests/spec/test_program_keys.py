@@ -297,3 +297,15 @@ def test_plan_names_the_command_of_a_wandb_file_without_a_program(tmp_path: Path
     assert planned.exit_code == 0, planned.output
     first = planned.output.splitlines()[0]
     assert "None" not in first and first.endswith("runs bash run.sh ${args}")
+
+
+def test_plan_warns_of_a_missing_module_or_input_and_launch_refuses_it(tmp_path: Path) -> None:
+    """plan previews a sweep where its code may not be: what launch refuses, it says, and goes on."""
+    for extra, expected in [("", "'tools.trian' is run as a module"), ("inputs: [data]\n", "inputs: 'data'")]:
+        spec = tmp_path / "s.yaml"
+        spec.write_text(MODULE.format(program="tools.trian") + extra)
+        planned = CliRunner().invoke(main, ["plan", str(spec)])
+        assert planned.exit_code == 0 and "warning:" in planned.output and expected in planned.output
+        launched = CliRunner().invoke(main, ["launch", str(spec), "--no-live"])
+        assert launched.exit_code == 2 and expected in launched.output
+        assert not (tmp_path / "runs").exists()
