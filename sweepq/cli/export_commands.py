@@ -155,11 +155,11 @@ MARK = ".sweepq-export"  # in a folder `export tensorboard` wrote: only such a f
 @export.command("tensorboard")
 @_export_arguments
 def tensorboard_command(dest: str, spec: str | None, root: str | None, cells: tuple[str, ...]) -> None:
-    """Write TensorBoard runs into DIR: one a cell (DIR/<cell>), with its cfg in the HParams dashboard.
+    """Write TensorBoard runs into DIR: one a cell (`DIR/<cell>`), with its cfg in the HParams dashboard.
 
     Each run holds the cell's stitched curves (one value a step; what a resumed
     attempt superseded is left out), its cfg as hparams (nested keys dotted), and
-    best/<metric> for the sweep's metric. DIR is replaced whole: it must be new,
+    `best/<metric>` for the sweep's metric. DIR is replaced whole: it must be new,
     empty, or an earlier export of sweepq's. View with `tensorboard --logdir DIR`.
     """
     try:

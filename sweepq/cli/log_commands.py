@@ -62,7 +62,7 @@ def logs(
 
     CELL is a cell id like 2.3. SPEC_OR_ROOT is the sweep file or its root folder
     (default: --root, else the current folder): `sweepq logs 2.3 sweep.yaml`. The
-    latest attempt unless --attempt N; the files are cells/<cell>/attempts/<n>/.
+    latest attempt unless --attempt N; the files are `cells/<cell>/attempts/<n>/`.
     """
     cell, spec = cell_and_place(cell, spec, "logs")
     with sqlite_reading(spec, root) as store:
