@@ -186,6 +186,13 @@ def _hydra_command(ctx: SpecContext, program: str, command: list[str] | None) ->
                 "hydra.run.dir=${output_dir} so that every attempt of a cell finds its files; or leave "
                 "`command:` out for that default",
             )
+    if not any(token.startswith(("hydra.run.dir=", "++hydra.run.dir=")) for token in command):
+        ctx.warn(
+            "command",
+            f"{program} is a Hydra app, and without hydra.run.dir every attempt writes into a new "
+            "outputs/<date>/<time>/ folder, where a retry never finds the files of the attempt before it (and "
+            "cells started in the same second share one). Add hydra.run.dir=${output_dir} to the command",
+        )
     return command
 
 

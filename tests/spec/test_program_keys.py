@@ -137,7 +137,12 @@ def test_a_command_handing_a_hydra_app_hyphen_flags_is_refused(tmp_path: Path) -
     (tmp_path / "plain.py").write_text("import hydra  # imported, but no @hydra.main\n")
     assert sweep_in(tmp_path, GROUP_CHOICE.replace("app.py", "plain.py")).settings.command is None
     written = GROUP_CHOICE + "command: [python, '${program}', '${args_no_hyphens}']\n"
-    assert sweep_in(tmp_path, written).settings.command == ["python", "${program}", "${args_no_hyphens}"]
+    sweep = sweep_in(tmp_path, written)
+    assert sweep.settings.command == ["python", "${program}", "${args_no_hyphens}"]
+    # ... with a word on its run folder, until the command names one.
+    assert any("without hydra.run.dir every attempt writes into a new outputs/" in w for w in sweep.warnings)
+    run_dir = written.replace("]\n", ", 'hydra.run.dir=${output_dir}']\n")
+    assert sweep_in(tmp_path, run_dir).warnings == []
 
 
 def test_hydra_apps_are_recognised_by_their_decorator(tmp_path: Path) -> None:
