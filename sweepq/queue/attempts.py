@@ -5,7 +5,7 @@ died before telling it (DONE.json wins). State changes are guarded in SQL
 (`UPDATE ... WHERE state IN (...)`): a row count of zero is a lost race or an
 illegal transition, never a silent overwrite.
 
-Claims themselves (the verbs `claim_next` and `claim`) are claiming.py's: one
+Claims themselves (the verbs `claim_next` and `claim`) are claim.py's: one
 statement picks and takes the next cell, its ownership taken before the commit.
 """
 
@@ -195,7 +195,7 @@ class Attempts:
             }
             if outcome.end_step is not None:
                 values["step"] = outcome.end_step
-            # With `updated_at = now`, which tells when the back-off began (see reads.retry_due).
+            # With `updated_at = now`, which tells when the back-off began (see claim.retry_due).
             if target in states.CLAIMABLE and states.backs_off(reason):
                 delay = min(policy.backoff_max_seconds, policy.backoff_seconds * 2 ** max(0, spent - 1))
                 values["retry_after"] = now + timedelta(seconds=delay)
@@ -268,7 +268,7 @@ class Attempts:
     def keep_spans(self) -> int:
         """Keep the span of every ended attempt that has none kept (an older root's, one a write made
         stale): what a launch does once, so that `status` reads them instead of working them out."""
-        if self.tx.engine.dialect.name != "sqlite":  # span_sql.py speaks SQLite's SQL
+        if self.tx.engine.dialect.name != "sqlite":  # queries.py's spans speak SQLite's SQL
             return 0
         with self.tx.write() as s:
             return sum(rowcount(s.execute(text(sql))) for sql in KEEP_ALL)
@@ -287,8 +287,8 @@ class Attempts:
 
     @staticmethod
     def _keep_span(s: Session, cell: str) -> None:
-        """Keep the span of the cell's attempt that just ended, for the forecast (span_sql.py)."""
-        if s.get_bind().dialect.name != "sqlite":  # span_sql.py speaks SQLite's SQL
+        """Keep the span of the cell's attempt that just ended, for the forecast (queries.py)."""
+        if s.get_bind().dialect.name != "sqlite":  # queries.py's spans speak SQLite's SQL
             return
         s.flush()  # the attempt's end, which the span is worked out from
         for sql in KEEP_CELL:

@@ -4,7 +4,7 @@ A claim (`claim_next`) is one write transaction (`BEGIN IMMEDIATE` on SQLite):
 1. one statement picks and takes the next claimable cell,
    `UPDATE cells SET state='running', attempts=attempts+1 ... WHERE id =
    COALESCE((SELECT id ... interrupted ... LIMIT 1), (SELECT id ... queued ...
-   LIMIT 1)) RETURNING ...`, each pick a seek of ix_cells_claim (reads.claim_pick);
+   LIMIT 1)) RETURNING ...`, each pick a seek of ix_cells_claim (`claim_pick`);
 2. the worker takes the cell's ownership (its folder's lock, liveness.py);
 3. the attempt row is inserted, and the commit makes both visible at once.
 
@@ -111,7 +111,7 @@ def claim_pick(skip: tuple[str, ...] = ()) -> ColumnElement[Any]:
     Claim order is interrupted cells first, then queued ones, each in cell order:
     one LIMIT 1 seek per claimable state, the first that finds a cell wins
     (COALESCE evaluates its arguments in order). Over an alias of the table, so
-    that it can sit inside an UPDATE of `cells` (claiming.py).
+    that it can sit inside an UPDATE of `cells` (the claim statement below).
     """
     pick = CELLS.alias("pick")
     firsts = [claim_order(str(st), pick, skip).limit(1).scalar_subquery() for st in states.CLAIMABLE]
@@ -126,7 +126,7 @@ _OPENED = ("cell_id", "number", "worker", "host", "worker_pid", "started_at", "s
 def _claim_statement(dialect: Dialect, named: bool, skip: tuple[str, ...] = ()) -> Prepared:
     """The claim's one statement: move the cell to running and return what its attempt needs.
 
-    `named`: the cell `:cell`; else the next in claim order (reads.claim_pick)
+    `named`: the cell `:cell`; else the next in claim order (`claim_pick`)
     but for `skip`. Guarded by the states a cell is claimed from: no row is a lost race.
     """
     c = CELLS.c
@@ -349,7 +349,7 @@ class Claims:
     def claimable(self, limit: int | None = None) -> list[str]:
         """Cell ids a worker may claim now, in claim order: interrupted first, then queued (the first `limit`).
 
-        The order claims take (claiming.claim_next takes the first of it); workers
+        The order claims take (`Claims.next` takes the first of it); workers
         never read this list, which is for people and tests.
         """
         params = {"now": self.tx.clock()}

@@ -81,7 +81,7 @@ class Prepared:
 
     def execute(self, conn: Connection, args: Any) -> tuple[Any, ...] | None:
         """Run with the driver's parameters `args` (see `args`): the first row it returns as the driver gives
-        it (None when none or no RETURNING). The claim makes its parameters before its turn (claiming.py)."""
+        it (None when none or no RETURNING). The claim makes its parameters before its turn (claim.py)."""
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
             cursor.execute(self.sql, args)

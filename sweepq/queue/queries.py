@@ -1,5 +1,14 @@
-"""Attempts' spans worked out by the database (queue/forecast/spans.py's `span`, in SQL), and kept.
+"""The queue's SQL text, each query named and whole: what the read commands, the forecast and the spans read.
 
+Read commands run these on a bare `sqlite3` connection (opening.py's `Reader`) and the `Store` on its
+session's (reads.py's `Reads`): one text for both, with the standard library alone. The queue's words
+are written once here, at the top: a live cell (`live`), cell order (`cell_order`, from states.py's
+CELL_ORDER, which Core's schema.cell_order and the claim index use too), settled and the unsettled
+states (states.UNSETTLED). Parameters are `?` (or `:name` where SQLAlchemy runs the text). The
+spellings only SQLite reads are named where they are defined (`live`'s `IS 0`, `_us`, `INDEXED BY`,
+`MATERIALIZED`): what a second dialect replaces.
+
+The spans: attempts' spans worked out by the database (forecast/spans.py's `span`, in SQL), and kept.
 The forecast needs the span of every attempt of every settled cell: on a sweep of 100,000 cells
 that is tens of thousands of attempts, and working each one out again from its times (text that
 SQLite parses) was most of what `status` cost. An attempt's span stops changing when it ends, so
@@ -187,7 +196,7 @@ def _us(t: str) -> str:
 
 
 def spans(where: str, marks: str) -> str:
-    """Each attempt `a` of a cell `c` that `where` keeps, as forecast.span makes it from forecast_reads'
+    """Each attempt `a` of a cell `c` that `where` keeps, as forecast.span makes it from forecast/reads.py's
     points, in the same floating-point operations: its first point its first checkpoint, its last its
     end as its receipt measured it (a lost one's: its newest checkpoint), a steady span from the first
     to the last point. Columns: id, g, cell, steps, micros, startup, ended; only attempts with a step

@@ -1,14 +1,13 @@
-"""What `status` reads of a sweep, in SQL text on the driver's connection: no SQLAlchemy.
+"""`Reads`: the queue's questions, in SQL text (queries.py) on the driver's connection: no SQLAlchemy.
 
-A sweep may hold 100,000 cells; `status` shows the cells that need attention and a few others
-(cli/read_commands.py says which), so each part is one query that reads only its rows. The full
-listing (`status --json`) reads every cell once as plain tuples (no record, no row object per cell).
+What `status`, `show`, `attempts`, `logs`, `best` and `report` read, and the forecast. A sweep may hold
+100,000 cells; `status` shows the cells that need attention and a few others (cli/read_commands.py says
+which), so each part is one query that reads only its rows. The full listing (`status --json`) reads
+every cell once as plain tuples (no record, no row object per cell).
 
-These reads are a mixin with one implementation for both openers of a root: the `Store` runs them on
-the connection of its SQLAlchemy session, read commands on a bare `sqlite3` connection (`Reader`,
+One `Reads` over a source of connections serves both openers of a root: the `Store` holds one over its
+SQLAlchemy session's connection, read commands one over a bare `sqlite3` connection (`Reader`,
 queue/opening.py), since importing SQLAlchemy costs several times what `status` does on a small sweep.
-The SQL speaks SQLite's dialect, as the forecast's spans (span_sql.py) already did: a server database
-behind the URL seam (database.py) would bring its own text for these statements.
 """
 
 from __future__ import annotations
@@ -158,7 +157,7 @@ class Reads:
     # -- cells -------------------------------------------------------------------------
 
     def cells(self, include_removed: bool = True) -> list[CellRecord]:
-        """Every cell in cell order, as records built from the driver's tuples (rows.cell_records): reading
+        """Every cell in cell order, as records built from the driver's tuples (records.cell_records): reading
         a sweep of 100,000 took 5.4 s through the ORM, 2.0 s as converted tuples."""
         q = queries.EVERY_CELL if include_removed else queries.LIVE_CELLS
         with self._connect() as c:
@@ -186,7 +185,7 @@ class Reads:
         """Every cell (those gone from the sweep file included) in cell order: the columns of its
         `status --json` object (`LISTED`, by name), a time as its JSON text (`records.iso`) and a JSON
         column as its JSON text (None: NULL), so that 100,000 cells make no datetime and parse no JSON
-        (rows.cell_line writes one)."""
+        (records.cell_line writes one)."""
         spell = [(i, _SPELL[name]) for i, name in enumerate(LISTED) if name in _SPELL]
         make = _Listed._make
         with self._connect() as c:

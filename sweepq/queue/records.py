@@ -374,7 +374,7 @@ _STATE_TEXT = {str(s): _STRING(str(s)) for s in CellState}
 
 
 def cell_line(r: Any, more: tuple[Any, ...], usage: str | None) -> str:
-    """A `status_reads.cell_listing` row's `status --json` object as JSON text: the cell's
+    """A `Reads.cell_listing` row's `status --json` object as JSON text: the cell's
     `CellRecord.to_json()`, its cfg (the one its result came from) and new_cfg, then `more` (what
     `status` adds: alive, eta_seconds, rate_steps_per_second, no_progress_seconds) and `usage` (JSON
     text), byte for byte as `json.dumps` writes them, the JSON texts put in as read (no parse).

@@ -76,7 +76,7 @@ class CellRow(Base):
     __tablename__ = "cells"
     __table_args__ = (
         Index("ix_cells_order", *CELL_ORDER),
-        # The claim's pick (reads.claim_pick) is a seek on (state, removed) walked in claim
+        # The claim's pick (claim.claim_pick) is a seek on (state, removed) walked in claim
         # order, not a scan and a sort; queries of one state use its prefix.
         Index("ix_cells_claim", "state", REMOVED, *CELL_ORDER),
     )

@@ -119,7 +119,7 @@ def test_a_back_off_delays_its_cell_and_the_next_due_one_goes_first() -> None:
 
 
 def test_a_back_off_that_began_after_now_is_over_as_the_queue_decides() -> None:
-    """The clock went back: reads.retry_due makes the cell due at once, and so does the forecast."""
+    """The clock went back: claim.retry_due makes the cell due at once, and so does the forecast."""
     backing = waiting("1.2", retry_after=NOW + at(500), updated_at=NOW + at(60))
     fc = forecast([measured("1.1"), backing], workers=1, now=NOW)
     assert ends(fc, "1.2") == [110.0]
@@ -247,7 +247,7 @@ def resumed(store: Store, clock: FakeClock, cell: str, start: int, steps: int, s
 
 
 def test_settled_cells_summed_by_the_database_give_the_same_forecast(store: Store, clock: FakeClock) -> None:
-    """The settled cells' spans come from SQL (forecast_reads._settled); read one by one and summed in
+    """The settled cells' spans come from SQL (forecast/reads.py's settled); read one by one and summed in
     Python instead, every figure of the forecast is the same, to the last bit."""
     run_attempt(store, clock, "1.1", startup=7.3, steps=100, spp=0.37, reason="completed")
     run_attempt(store, clock, "1.2", startup=4.1, steps=40, spp=0.41, reason="preempted")
@@ -350,7 +350,7 @@ groups:
 def test_fresh_cells_read_in_bulk_give_the_same_forecast_as_cells_read_one_by_one(
     launch: Launch, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The queued cells never tried come as bare tuples (forecast_reads._UNSETTLED_CELLS, `fresh`); every other cell
+    """The queued cells never tried come as bare tuples (queries.UNSETTLED_CELLS, `fresh`); every other cell
     one by one. Against every cell read one by one, the forecast is the same to the last bit."""
     store = launch(tmp_path / "root", sweep_from(THREE_GROUPS, tmp_path))
     run_attempt(store, clock, "1.1", startup=7.3, steps=100, spp=0.37, reason="completed")

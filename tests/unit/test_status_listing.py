@@ -173,7 +173,7 @@ def test_the_streamed_json_is_byte_for_byte_the_old_one(big: Store, tmp_path: Pa
 
 
 def test_cells_read_as_driver_tuples_are_the_records_the_orm_reads(big: Store) -> None:
-    """Store.cells reads converted tuples by position (rows.cell_records): every field of every record is
+    """Store.cells reads converted tuples by position (records.cell_records): every field of every record is
     the one read through the ORM, odd stored values too (a whole-second time, NULL and 'null' JSON)."""
     with big.engine.begin() as conn:
         conn.exec_driver_sql("UPDATE cells SET updated_at = '2026-01-02 03:04:05.000000' WHERE id = '1.2'")
@@ -216,7 +216,7 @@ def test_the_reader_answers_status_as_the_store_does(big: Store) -> None:
 
 def test_what_show_and_attempts_read_is_what_the_orm_reads(big: Store) -> None:
     """One cell, its attempts, checkpoints and history, and every attempt filtered and ordered, read in SQL
-    text (cell_reads.py) through the Store and through a Reader: field for field the ORM's records, odd
+    text (queries.py) through the Store and through a Reader: field for field the ORM's records, odd
     stored values too (NULL JSON, a corrupt checkpoint beside a committed one of the same step)."""
     cell = TROUBLED[0]
     big.record_checkpoint(cell, 4, path="cells/x/4", epoch=0.5, metrics={"score": 0.25}, attempt=1, size_bytes=9)

@@ -23,7 +23,7 @@ The model:
   before its first step, after its start-up); an interrupted or queued cell runs, after one
   start-up, from its newest committed checkpoint (what it will resume from) to its length. A cell
   in back-off cannot start before its `retry_after` (unless the clock went back: as
-  `reads.retry_due` decides).
+  `claim.retry_due` decides).
 - **The workers** (`workers`, or more when more cells run) take cells as soon as they are free,
   each the first cell in claim order (interrupted first, then queued, by group then index) whose
   back-off is over by then (list scheduling). The sweep's ETA is when the last cell ends.
