@@ -155,3 +155,48 @@ def test_no_page_names_a_machine(doc: str) -> None:
     """The manual speaks of the project: no absolute path of a machine it was written on."""
     text = (REPO / doc).read_text()
     assert not re.search(r"(?<![\w.])/(home|root|work|tmp/pytest)/", text), doc
+
+
+def shown_output(doc: str, command: str) -> str:
+    """The lines a page shows under `$ <command>` (a comment after it allowed), up to the next prompt or the fence."""
+    lines = (REPO / doc).read_text().splitlines()
+    (start,) = [i for i, line in enumerate(lines) if re.fullmatch(rf"\$ {re.escape(command)}( +#.*)?", line)]
+    out: list[str] = []
+    for line in lines[start + 1 :]:
+        if line.startswith(("$ ", "```")):
+            break
+        out.append(line)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# (page, command as shown, the folder it runs in: a folder of the repository, or None for the page's own sweep
+# file written beside an empty program, as a reader would save it).
+PLANS = [
+    ("docs/guide/sweep-files.md", "sweepq plan sweeps/llm-analysis.yaml", "."),
+    ("docs/howto/wandb.md", "sweepq plan wandb-grid.yaml", "sweeps"),
+    ("docs/howto/hydra.md", "sweepq plan hydra-sweep.yaml", None),
+]
+
+
+@pytest.mark.parametrize(("doc", "command", "folder"), PLANS, ids=[f"{p[0]}:{p[1]}" for p in PLANS])
+def test_a_plan_shown_is_what_plan_prints(
+    doc: str, command: str, folder: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`plan` touches nothing, so the output a page shows can be printed again here and compared whole."""
+    from click.testing import CliRunner
+
+    from sweepq.cli.main import main
+
+    if folder is None:
+        ((_, _, text),) = [b for b in yaml_blocks(doc) if b[1]]
+        (tmp_path / command.split()[-1]).write_text(text)
+        program = parse_sweep(text, tmp_path / "x.yaml").settings.program
+        assert program
+        (tmp_path / program).write_text("")
+        monkeypatch.chdir(tmp_path)
+    else:
+        monkeypatch.chdir(REPO / folder)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = CliRunner().invoke(main, command.split()[1:])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == shown_output(doc, command), f"{doc}: `{command}` prints otherwise now; show what it prints"
