@@ -21,11 +21,11 @@ from sweepq.errors import UsageError
 from sweepq.host import diskfull
 from sweepq.layout import CellPaths, RootPaths
 from sweepq.queue import database as db
-from sweepq.queue import liveness, lock
+from sweepq.queue import liveness, lock, queries, schema
 from sweepq.queue.claim import _claim_statement
 from sweepq.queue.prepared import Prepared
 from sweepq.queue.records import Claim, Outcome, WorkerInfo
-from sweepq.queue.states import CellState, Reason
+from sweepq.queue.states import CLAIMABLE, CellState, Reason, claim_rank
 from sweepq.queue.store import Store
 from unit.smallfs import small_disk
 from unit.support import T0, WORKER, FakeClock, Launch
@@ -109,6 +109,22 @@ def test_claimable_reads_the_same_index(store: Store) -> None:
     assert store.database.path is not None
     selects = [query_plan(store.database.path, sql, args) for sql, args in seen if sql.startswith("SELECT cells.id")]
     assert selects == [["SEARCH cells USING INDEX ix_cells_claim (state=? AND removed=?)"]] * 2
+
+
+def test_the_queues_words_say_the_same_in_sql_text_core_and_python(store: Store) -> None:
+    """ "Live" and "cell order" are written once (states.py's columns) and said three ways: the read commands'
+    SQL text (queries.py), Core's (schema.py: the claim), and the forecast's claim order in Python
+    (states.claim_rank). The text must read the claim index as Core does, and the three orders agree."""
+    dialect = store.engine.dialect
+    assert str(schema.live().compile(dialect=dialect)) == queries.live("cells.")
+    core_order = ", ".join(str(c.compile(dialect=dialect)) for c in schema.cell_order())
+    assert core_order.replace('"', "") == queries.cell_order("cells.").replace('"', "")  # Core quotes "index" only
+    for cell in ("2.2", "1.10", "1.4"):
+        preempt(store, cell)  # interrupted: claimed first, in cell order (1.4 before 1.10: by index, not text)
+    seen = [c for c in store.forecast_cells() if c.state in CLAIMABLE]
+    ranked = [c.id for c in sorted(seen, key=lambda c: claim_rank(c.state, c.group, c.idx))]
+    assert ranked == store.claimable()
+    assert ranked[:3] == ["1.4", "1.10", "2.2"]
 
 
 def fill(path: Path, cells: int, queued: int) -> None:
