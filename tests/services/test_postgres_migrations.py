@@ -7,8 +7,12 @@ on a connection that maps the empty schema to the sweep's.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from alembic import command
@@ -149,3 +153,41 @@ def test_downgrades_run_on_postgresql_too(engine: Engine) -> None:
         assert version(conn, "delta") == []
     migrate(engine, "delta")
     assert schema_diffs(engine, "delta") == []
+
+
+def test_two_launches_of_a_new_sweep_both_succeed(postgres_url: str, engine: Engine, tmp_path: Path) -> None:
+    """Two launches of a new sweep migrate at once: the second waits for the first (a lock that ends with
+    the transaction), then finds the schema current, instead of failing on a schema or table that exists.
+    Processes, as launches are (alembic's `context` is one per process)."""
+    code = f"""
+import sys, time
+from pathlib import Path
+from sqlalchemy import create_engine
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from services.test_postgres_migrations import migrate
+engine = create_engine(sys.argv[1])
+engine.connect().close()
+Path(sys.argv[2]).touch()
+while not Path(sys.argv[3]).exists():
+    time.sleep(0.01)
+migrate(engine, "epsilon")
+"""
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, postgres_url, str(tmp_path / f"ready{i}"), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready{i}").exists() for i in range(2)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    with engine.connect() as conn:
+        assert version(conn, "epsilon") == [db.head_revision()]
+    assert schema_diffs(engine, "epsilon") == []
