@@ -60,7 +60,7 @@ test: $(STAMP) $(WANDB_STAMP) $(CHROMIUM_STAMP) $(POSTGRES_STAMP)
 	$(BIN)/pytest -q -ra -n 2 --dist loadfile; code=$$?; if [ $$code -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$code
 
 # The in-process core (tests/unit) and the quick integration tests: a loop of under a minute.
-test-fast: $(STAMP) $(WANDB_STAMP) $(POSTGRES_STAMP)
+test-fast: $(STAMP) $(WANDB_STAMP)
 	$(BIN)/pytest -q -ra -m "not slow and not process"; code=$$?; if [ $$code -eq 5 ]; then exit 0; fi; exit $$code
 
 # The static gate: ruff (lint) and mypy (types), settings in pyproject.toml.
