@@ -209,6 +209,30 @@ def test_two_stores_racing_claim_every_cell_exactly_once(store: Store, opened: C
     assert len(store.attempts()) == len(ALL)
 
 
+def test_claims_from_stale_listings_lose_the_race_instead_of_claiming_twice(
+    store: Store, opened: Callable[[], Store]
+) -> None:
+    """Each store claims from a listing read before the other's claims: the claim's guard decides."""
+    stores = [store, opened()]
+    listings = [s.claimable() for s in stores]  # both read every cell as claimable
+    start = threading.Barrier(len(stores))
+    won: list[list[str]] = [[], []]
+
+    def worker(i: int) -> None:
+        start.wait()
+        for cell in listings[i]:
+            if stores[i].claim(cell, WorkerInfo(f"w{i}", "h", i)) is not None:
+                won[i].append(cell)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(won[0] + won[1]) == sorted(ALL)
+    assert [c.attempts for c in store.cells()] == [1] * len(ALL)
+
+
 # -- fencing -----------------------------------------------------------------------------------
 
 
