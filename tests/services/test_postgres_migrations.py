@@ -155,6 +155,7 @@ def test_downgrades_run_on_postgresql_too(engine: Engine) -> None:
     assert schema_diffs(engine, "delta") == []
 
 
+@pytest.mark.process  # two real processes
 def test_two_launches_of_a_new_sweep_both_succeed(postgres_url: str, engine: Engine, tmp_path: Path) -> None:
     """Two launches of a new sweep migrate at once: the second waits for the first (a lock that ends with
     the transaction), then finds the schema current, instead of failing on a schema or table that exists.
