@@ -170,7 +170,8 @@ def shown_output(doc: str, command: str) -> str:
 
 
 # (page, command as shown, the folder it runs in: a folder of the repository, or None for the page's own sweep
-# file written beside an empty program, as a reader would save it).
+# file written beside its program, as a reader would save them: the page's ```python block that starts with
+# `# <program>`, else an empty file). A page shows that folder as <here>.
 PLANS = [
     ("docs/guide/sweep-files.md", "sweepq plan sweeps/llm-analysis.yaml", "."),
     ("docs/howto/wandb.md", "sweepq plan wandb-grid.yaml", "sweeps"),
@@ -192,14 +193,18 @@ def test_a_plan_shown_is_what_plan_prints(
         (tmp_path / command.split()[-1]).write_text(text)
         program = parse_sweep(text, tmp_path / "x.yaml").settings.program
         assert program
-        (tmp_path / program).write_text("")
+        sources = [
+            code for where, code in PY_BLOCKS if where.startswith(f"{doc}:") and code.startswith(f"# {program}\n")
+        ]
+        (tmp_path / program).write_text("".join(sources))
         monkeypatch.chdir(tmp_path)
     else:
         monkeypatch.chdir(REPO / folder)
     monkeypatch.delenv("COLUMNS", raising=False)
     result = CliRunner().invoke(main, command.split()[1:])
     assert result.exit_code == 0, result.output
-    assert result.stdout == shown_output(doc, command), f"{doc}: `{command}` prints otherwise now; show what it prints"
+    printed = result.stdout.replace(str(tmp_path.resolve()), "<here>")
+    assert printed == shown_output(doc, command), f"{doc}: `{command}` prints otherwise now; show what it prints"
 
 
 # architecture.md is the map of the tree and is kept with it; the other pages name a module now and then.
