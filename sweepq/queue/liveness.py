@@ -71,6 +71,15 @@ class Ownership(Protocol):
         """
         ...
 
+    def renew(self) -> bool:
+        """Prove life again, now: True while this process still owns the cell, False once it is lost.
+
+        A lease is extended by a full term (its holder's renewal thread calls this,
+        never the training loop, which a long step can starve); a lock proves life
+        by being held, so it only checks. A holder that gets False stops writing.
+        """
+        ...
+
     def lost(self) -> str | None:
         """Why this process may no longer write the cell, or None while it still owns it.
 
@@ -123,6 +132,9 @@ class _LockOwnership:
         if self._fd is None:
             raise OwnershipLost(f"the ownership of cell {self.cell} was released")
         return Handoff(env={ENV_LOCK_FD: str(self._fd)}, fds=(self._fd,))
+
+    def renew(self) -> bool:
+        return self.lost() is None  # a held lock needs no renewal
 
     def release(self) -> None:
         fd, self._fd = self._fd, None

@@ -13,6 +13,8 @@ adding one entry; nothing in the suites names an implementation.
   behind the interface's back (damage a committed file, link in another sweep's step).
 - LIVENESS_BACKENDS: name -> a `LivenessBackend`: a liveness, what a child process receives from a
   handoff, and how an owner loses its cell without hearing of it.
+- LEASE_BACKENDS: name -> a `LeaseBackend`: the livenesses that prove life by leases (renewal and
+  expiry in one clock), for the lease rules only they have.
 """
 
 from __future__ import annotations
@@ -156,6 +158,27 @@ class RegistryBackend:
         # The holder stopped renewing (a frozen machine) until its lease expired.
         assert isinstance(live, RegistryLiveness)
         self.clocks[id(live.registry)][0] += live.expire_seconds + 1
+
+
+class LeaseBackend(Protocol):
+    """A liveness by leases, and the clock its expiries are in (the database's, for a lease table)."""
+
+    def make(self, tmp_path: Path) -> Liveness:
+        """Leases of `expire_seconds` = 30; two calls with one tmp_path share one registry and clock."""
+        ...
+
+    def advance(self, live: Liveness, seconds: float) -> None:
+        """Move the leases' clock on (a table's backend may move every expiry back instead)."""
+        ...
+
+
+class RegistryLeases(RegistryBackend):
+    def advance(self, live: Liveness, seconds: float) -> None:
+        assert isinstance(live, RegistryLiveness)
+        self.clocks[id(live.registry)][0] += seconds
+
+
+LEASE_BACKENDS: dict[str, Callable[[], LeaseBackend]] = {"registry": RegistryLeases}
 
 
 LIVENESS_BACKENDS: dict[str, Callable[[], LivenessBackend]] = {

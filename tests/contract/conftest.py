@@ -9,9 +9,11 @@ import pytest
 
 from contract.backends import (
     CHECKPOINT_BACKENDS,
+    LEASE_BACKENDS,
     LIVENESS_BACKENDS,
     STORE_BACKENDS,
     CheckpointBackend,
+    LeaseBackend,
     LivenessBackend,
 )
 from sweepq.queue.database import Database
@@ -25,6 +27,11 @@ def checkpoints(request: pytest.FixtureRequest) -> CheckpointBackend:
 @pytest.fixture(params=sorted(LIVENESS_BACKENDS))
 def owners(request: pytest.FixtureRequest, tmp_path: Path) -> LivenessBackend:
     return LIVENESS_BACKENDS[request.param]()
+
+
+@pytest.fixture(params=sorted(LEASE_BACKENDS))
+def leases(request: pytest.FixtureRequest) -> LeaseBackend:
+    return LEASE_BACKENDS[request.param]()
 
 
 @pytest.fixture(params=sorted(STORE_BACKENDS))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.backends import LivenessBackend
+from contract.backends import LeaseBackend, LivenessBackend
 from sweepq.queue.liveness import OwnershipLost
 
 
@@ -127,3 +127,56 @@ def test_threads_racing_for_one_cell_make_one_owner(owners: LivenessBackend, tmp
     for t in threads:
         t.join(timeout=30)
     assert len(won) == 1
+
+
+def test_renewing_proves_life_until_the_ownership_is_lost(owners: LivenessBackend, tmp_path: Path) -> None:
+    live = owners.make(tmp_path)
+    held, released = live.take("1.1"), live.take("1.2")
+    assert held is not None and released is not None
+    assert held.renew() and held.renew()
+    released.release()
+    assert not released.renew()
+    owners.take_away(live, "1.1")
+    assert not held.renew()  # a holder told so stops writing
+    assert held.lost() is not None
+    held.release()
+
+
+# -- leases: renewal and expiry in one clock (LEASE_BACKENDS) ---------------------------------
+
+
+def test_a_renewed_lease_outlives_its_first_term_and_an_unrenewed_one_expires(
+    leases: LeaseBackend, tmp_path: Path
+) -> None:
+    live, other = leases.make(tmp_path), leases.make(tmp_path)
+    held = live.take("1.1")
+    assert held is not None
+    for _ in range(3):  # 60 s in all, twice the term, renewed every 20 s
+        leases.advance(live, 20)
+        assert held.renew()
+    assert held.lost() is None and other.owner_alive("1.1") and other.take("1.1") is None
+    leases.advance(live, 29)
+    assert other.owner_alive("1.1")  # not a moment early
+    leases.advance(live, 2)
+    assert not other.owner_alive("1.1")  # the reaper's question: its holder is gone
+    assert held.lost() is not None
+    assert not held.renew()  # an expired lease is never revived by its old holder
+    assert not other.owner_alive("1.1")
+
+
+def test_an_expired_lease_is_taken_at_once_and_its_old_holders_are_refused(
+    leases: LeaseBackend, tmp_path: Path
+) -> None:
+    live, other = leases.make(tmp_path), leases.make(tmp_path)
+    held = live.take("1.1")
+    assert held is not None
+    environ = dict(held.handoff().env)
+    leases.advance(live, 31)
+    taken = other.take("1.1")
+    assert taken is not None and taken.lost() is None
+    assert not held.renew() and held.lost() is not None
+    with pytest.raises(OwnershipLost):
+        leases.make(tmp_path).inherit("1.1", environ)
+    held.release()  # the old holder's release leaves the new lease alone
+    assert taken.lost() is None and other.owner_alive("1.1")
+    taken.release()
