@@ -192,7 +192,7 @@ def _become_attempt(msg: wire.Spawn, fds: list[int], sock: socket.socket, middle
             time.sleep(0.0002)
         from sweepq.attempt import main as attempt
 
-        sys.argv = [str(attempt.__file__), msg.attempt_file]
+        sys.argv = [str(Path(attempt.__file__).with_name("__main__.py")), msg.attempt_file]  # as a fresh one has
         proctitle.set_cmdline([sys.executable, "-m", "sweepq.attempt", msg.attempt_file])  # as in ps
         code = attempt.main([msg.attempt_file], started_by="template")
     except BaseException:
