@@ -7,12 +7,12 @@ tmp_path are two processes' views of one sweep.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
 from contract.backends import LeaseBackend, LivenessBackend
+from contract.racing import race
 from sweepq.queue.liveness import OwnershipLost
 
 
@@ -112,20 +112,14 @@ def test_an_owner_that_lost_its_cell_unawares_says_so_and_its_heirs_are_refused(
 
 def test_threads_racing_for_one_cell_make_one_owner(owners: LivenessBackend, tmp_path: Path) -> None:
     views = [owners.make(tmp_path) for _ in range(8)]
-    start = threading.Barrier(len(views))
     won: list[object] = []
 
-    def race(i: int) -> None:
-        start.wait()
+    def take(i: int) -> None:
         got = views[i].take("1.1")
         if got is not None:
             won.append(got)
 
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(views))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    assert race(take, len(views)) == []
     assert len(won) == 1
 
 

@@ -10,7 +10,6 @@ every past revision to head. Only the Store's public verbs are used.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +21,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from unit.support import SWEEP_YAML, T0, WORKER, FakeClock, sweep_from
 
+from contract.racing import race
 from sweepq.queue import reconcile
 from sweepq.queue.database import SCHEMA_HEAD, Database, migrations_dir
 from sweepq.queue.fence import Fence, Fenced
@@ -185,25 +185,14 @@ def test_a_claim_is_won_once_across_stores(store: Store, opened: Callable[[], St
 def test_two_stores_racing_claim_every_cell_exactly_once(store: Store, opened: Callable[[], Store], root: Path) -> None:
     stores = [store, opened()]
     won: list[list[str]] = [[], []]
-    errors: list[BaseException] = []
-    start = threading.Barrier(len(stores))
 
     def worker(i: int) -> None:
         owners, info = FileLockLiveness(root), WorkerInfo(f"w{i}", "h", i)
-        try:
-            start.wait()
-            while (got := stores[i].claim_next(info, owners.take)) is not None:
-                won[i].append(got[0].cell)
-                got[1].release()  # the cell stays running: only its ownership ends
-        except BaseException as exc:
-            errors.append(exc)
+        while (got := stores[i].claim_next(info, owners.take)) is not None:
+            won[i].append(got[0].cell)
+            got[1].release()  # the cell stays running: only its ownership ends
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert errors == []
+    assert race(worker, len(stores)) == []
     assert sorted(won[0] + won[1]) == sorted(ALL)  # none twice, none missed
     assert [c.attempts for c in store.cells()] == [1] * len(ALL)
     assert len(store.attempts()) == len(ALL)
@@ -215,20 +204,14 @@ def test_claims_from_stale_listings_lose_the_race_instead_of_claiming_twice(
     """Each store claims from a listing read before the other's claims: the claim's guard decides."""
     stores = [store, opened()]
     listings = [s.claimable() for s in stores]  # both read every cell as claimable
-    start = threading.Barrier(len(stores))
     won: list[list[str]] = [[], []]
 
     def worker(i: int) -> None:
-        start.wait()
         for cell in listings[i]:
             if stores[i].claim(cell, WorkerInfo(f"w{i}", "h", i)) is not None:
                 won[i].append(cell)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    assert race(worker, len(stores)) == []
     assert sorted(won[0] + won[1]) == sorted(ALL)
     assert [c.attempts for c in store.cells()] == [1] * len(ALL)
 
