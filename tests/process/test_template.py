@@ -9,10 +9,13 @@ version; a module that starts a thread on import, and `start: fresh`, start fres
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from conftest import cli, write
+
+import sweepq.attempt
 
 PROBE = """
 import json
@@ -43,6 +46,9 @@ def train(cfg, run):
         "stdin": os.read(0, 10).decode(),
         "cwd": os.getcwd(),
         "argv": sys.argv[1:],
+        "argv0": sys.argv[0],
+        # As ps shows it: a fork's title is rewritten in place over the template's, padded with blanks.
+        "cmdline": Path("/proc/self/cmdline").read_bytes().replace(b"\\0", b" ").decode().split(),
         "cuda_initialised": torch.cuda.is_initialized(),
     }
     channel.detach()
@@ -101,6 +107,8 @@ def test_forked_attempts_are_fresh_processes_and_run_the_code_on_disk(sweep_dir:
         assert s["lock_is_cell"] and s["channel_type"] and s["stdin"] == ""
         assert s["cwd"] == str(sweep_dir) and s["argv"] == [str(root / "cells" / c / "attempts" / "1" / "attempt.json")]
         assert not s["cuda_initialised"]
+        assert s["cmdline"] == [sys.executable, "-m", "sweepq.attempt", *s["argv"]]  # the entry a fresh one runs
+        assert s["argv0"] == str(Path(sweepq.attempt.__file__).with_name("__main__.py"))
         assert (root / "cells" / c / "attempts" / "1" / "stdout.log").read_text() == f"hello from {c}\n"
     forks = [seen(sweep_dir, c) for c in cells]
     for generator in ("numpy", "torch_seed", "torch_first"):  # reseeded from the OS in each fork
@@ -114,6 +122,8 @@ def test_forked_attempts_are_fresh_processes_and_run_the_code_on_disk(sweep_dir:
     fresh = seen(sweep_dir, "1.1")
     fresh_worker = json.loads((fresh_root / "cells" / "1.1" / "attempts" / "1" / "attempt.json").read_text())
     assert fresh["ppid"] == fresh_worker["worker_pid"] and fresh["sid"] == fresh["pid"]
+    assert fresh["cmdline"] == [sys.executable, "-m", "sweepq.attempt", *fresh["argv"]]
+    assert fresh["argv0"] == forks[0]["argv0"]
     assert fresh["torch_seed"] not in {seen_before["torch_seed"] for seen_before in forks}
 
 
