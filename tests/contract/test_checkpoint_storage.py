@@ -20,9 +20,11 @@ import torch
 
 from contract.backends import CheckpointBackend
 from sweepq.checkpoint import commit, readio, retention, serialize
+from sweepq.checkpoint.fenced import FencedStorage
 from sweepq.checkpoint.manifest import FORMAT, CheckpointCorrupt
 from sweepq.checkpoint.storage import CheckpointStorage, committed_manifests, verify
 from sweepq.layout import MANIFEST_NAME
+from sweepq.queue.fence import Fenced
 
 
 def manifest_bytes(step: int, written: dict[str, tuple[str, int]], **meta: Any) -> bytes:
@@ -262,3 +264,29 @@ def test_a_commit_over_a_linked_step_moves_the_link_aside(checkpoints: Checkpoin
     assert put(mine, 4, {"x": b"mine"})  # the cell's own timeline needs the name
     assert mine.linked(4) is None and content(mine, 4) == {"x": b"mine"}
     assert content(other, 4) == {"x": b"theirs"}
+
+
+# -- fencing (checkpoint/fenced.py over any storage) ----------------------------------------------
+
+
+def test_a_fenced_writer_changes_nothing_and_its_reads_still_work(storage: CheckpointStorage) -> None:
+    put(storage, 1, {"x": b"one"})
+    put(storage, 2, {"x": b"two"})
+    refused: list[str] = []
+
+    def superseded(what: str) -> None:
+        refused.append(what)
+        raise Fenced(f"{what} refused: attempt 1 no longer owns the cell")
+
+    fenced = FencedStorage(storage, superseded)
+    staged = fenced.stage(3)
+    written = staged.write({"x": [memoryview(b"three")]})  # unseen, so unfenced
+    with pytest.raises(Fenced):
+        staged.commit(manifest_bytes(3, written))
+    for change in (lambda: fenced.delete(1), lambda: fenced.quarantine(2), fenced.clean_partial):
+        with pytest.raises(Fenced):
+            change()
+    assert len(refused) == 4
+    assert storage.steps() == [2, 1] and content(storage, 2) == {"x": b"two"}
+    assert fenced.steps() == [2, 1] and content(fenced, 1) == {"x": b"one"}  # reading never harms the owner
+    assert len(storage.clean_partial()) == 1  # the refused commit's data, cleaned by the next owner
