@@ -32,6 +32,7 @@ the background deletion never shrinks a linked or hard-linked file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import secrets
@@ -314,7 +315,15 @@ class _LocalStaged:
             # The same step committed earlier (a repeated request): keep the first one.
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
-        os.rename(self.tmp, self.final)
+        try:
+            os.rename(self.tmp, self.final)
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # Another writer committed the step between the check and the rename (a committed
+            # step is never an empty folder, which a rename would replace): the first one stays.
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
         crash_point("after_rename")
         fsync_dir(self.final.parent)
         count_commit()

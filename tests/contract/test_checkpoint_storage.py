@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from contract.backends import CheckpointBackend
+from contract.racing import race
 from sweepq.checkpoint import commit, readio, retention, serialize
 from sweepq.checkpoint.fenced import FencedStorage
 from sweepq.checkpoint.manifest import FORMAT, CheckpointCorrupt
@@ -290,3 +291,23 @@ def test_a_fenced_writer_changes_nothing_and_its_reads_still_work(storage: Check
     assert storage.steps() == [2, 1] and content(storage, 2) == {"x": b"two"}
     assert fenced.steps() == [2, 1] and content(fenced, 1) == {"x": b"one"}  # reading never harms the owner
     assert len(storage.clean_partial()) == 1  # the refused commit's data, cleaned by the next owner
+
+
+def test_writers_racing_to_commit_one_step_make_one_commit(checkpoints: CheckpointBackend, tmp_path: Path) -> None:
+    """Two processes of one cell (a zombie and its successor) commit the same step: one wins, whole."""
+    writers = [checkpoints.make(tmp_path) for _ in range(6)]  # one cell's storage, seen by six writers
+    staged = [(w.stage(5), w) for w in writers]
+    manifests = [
+        manifest_bytes(5, s.write({"x": [memoryview(f"writer {i}".encode() * 100)]})) for i, (s, _) in enumerate(staged)
+    ]
+    results: dict[int, bool] = {}
+
+    def commit_one(i: int) -> None:
+        results[i] = staged[i][0].commit(manifests[i])
+
+    assert race(commit_one, len(writers)) == []
+    winners = [i for i, won in results.items() if won]
+    assert len(winners) == 1
+    assert content(writers[0], 5) == {"x": f"writer {winners[0]}".encode() * 100}
+    assert writers[0].steps() == [5]
+    assert writers[0].clean_partial() == []  # the losers took their data with them
