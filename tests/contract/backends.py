@@ -155,9 +155,11 @@ class RegistryBackend:
         return dict(handoff.env)
 
     def take_away(self, live: Liveness, cell: str) -> None:
-        # The holder stopped renewing (a frozen machine) until its lease expired.
+        # Its holder stopped renewing (a frozen machine) while every other holder renewed: that lease
+        # alone reached its expiry (a lease table's backend: UPDATE ... SET expires_at = now()).
         assert isinstance(live, RegistryLiveness)
-        self.clocks[id(live.registry)][0] += live.expire_seconds + 1
+        token, _ = live.registry._leases[cell]
+        live.registry._leases[cell] = (token, live.registry.clock())
 
 
 class LeaseBackend(Protocol):

@@ -21,11 +21,13 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from unit.support import SWEEP_YAML, T0, WORKER, FakeClock, sweep_from
 
+from contract.backends import LivenessBackend
 from contract.racing import race
 from sweepq.queue import reconcile
 from sweepq.queue.database import SCHEMA_HEAD, Database, migrations_dir
 from sweepq.queue.fence import Fence, Fenced
 from sweepq.queue.liveness import FileLockLiveness, Ownership
+from sweepq.queue.reaper import reap
 from sweepq.queue.records import Outcome, WorkerInfo
 from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import Store
@@ -320,3 +322,24 @@ def test_a_database_of_every_past_revision_is_migrated_to_head_and_works(
         assert store.claimable() == ALL[1:]
     finally:
         store.close()
+
+
+# -- the reaper: the Store over every Liveness -------------------------------------------------------
+
+
+def test_the_reaper_closes_cells_whose_owner_is_gone_and_leaves_live_ones(
+    store: Store, owners: LivenessBackend, tmp_path: Path
+) -> None:
+    """Over every liveness (contract/backends.py): an owner gone unseen is `lost`, and its cell claimable at once."""
+    worker = owners.make(tmp_path)
+    claimed = [store.claim_next(WORKER, worker.take) for _ in range(2)]
+    assert [c[0].cell for c in claimed if c is not None] == ["1.1", "1.2"]
+    assert reap(store, owners=owners.make(tmp_path)) == []  # both owners live
+    owners.take_away(worker, "1.1")  # its machine froze, its folder went: the worker never hears
+    assert reap(store, owners=owners.make(tmp_path)) == [("1.1", str(Reason.LOST))]
+    assert store.cell("1.1").state is CellState.INTERRUPTED and store.claimable()[0] == "1.1"
+    assert store.cell("1.2").state is CellState.RUNNING
+    assert reap(store, owners=owners.make(tmp_path)) == []  # closed once
+    for c in claimed:
+        assert c is not None
+        c[1].release()
