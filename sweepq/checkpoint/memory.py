@@ -20,6 +20,12 @@ Listing finds the newest committed step from one listing of the manifests.
 A linked step (a warm start from another sweep's storage in the same bucket)
 is a manifest key whose metadata points at the other step's manifest.
 
+Keys mirror the root's layout, as a bucket holding a root under its prefix
+does: the checkpoints of `<root>/cells/<cell>/checkpoints/` are under the key
+prefix `cells/<cell>/checkpoints/`, and `location(step)` is the step's place
+in the root's layout (the path the run records relative to the cell folder),
+which here names keys, not a folder on disk.
+
 Several storages may share one `Bucket` (two writers of one cell, another
 sweep's steps to link): the bucket's lock makes each object operation atomic,
 as a store's single-object operations are.
@@ -83,11 +89,12 @@ class Bucket:
 
 
 class InMemory:
-    """A cell's checkpoints under `prefix` in `bucket` (a fresh bucket of its own when none is given)."""
+    """The checkpoints folder `folder` of the sweep root `root`, kept in `bucket` (a fresh one when none is given)."""
 
-    def __init__(self, bucket: Bucket | None = None, prefix: str = "checkpoints") -> None:
+    def __init__(self, folder: Path, root: Path, bucket: Bucket | None = None) -> None:
+        self.folder = folder
         self.bucket = bucket if bucket is not None else Bucket()
-        self.prefix = prefix.strip("/")
+        self.prefix = folder.relative_to(root).as_posix()  # the keys mirror the root's layout
 
     # -- keys --------------------------------------------------------------------
 
@@ -126,7 +133,7 @@ class InMemory:
         return sorted(found, reverse=True)
 
     def location(self, step: int) -> Path:
-        return Path(self.prefix) / layout.step_name(step)
+        return self.folder / layout.step_name(step)
 
     def read_manifest(self, step: int) -> tuple[dict[str, Any], str]:
         raw = self._commit_record(step).body
@@ -166,7 +173,7 @@ class InMemory:
         name = f"{aside}{layout.step_name(step)}-{secrets.token_hex(4)}"
         self.bucket.put(self._key(name, MANIFEST_NAME), record.body, record.meta)
         self.bucket.delete(key)
-        return Path(self.prefix) / name
+        return self.folder / name
 
     def quarantine(self, step: int) -> Path:
         """A linked step's link is moved; what it points at is untouched."""

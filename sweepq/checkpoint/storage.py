@@ -14,8 +14,10 @@ folder of the local file system (layout.py names it):
   quarantine renamed to `.corrupt-*`, kept for inspection
   delete     renamed to `.trash-*` at once, removed in the background
 
-In an object store the same interface would commit by writing the manifest
-last (a step is committed when its manifest exists).
+In an object store the same interface commits by writing the manifest last,
+only if absent (a step is committed when its manifest exists; nothing is
+renamed): memory.py keeps checkpoints so, and tests/contract/ holds every
+implementation to one suite.
 
 Links (ownfiles.py). A `step-<step>` that is a symbolic link (a warm start
 linked in from another sweep) is a linked step: a resume may load it, every
@@ -74,7 +76,9 @@ class CheckpointStorage(Protocol):
         ...
 
     def location(self, step: int) -> Path:
-        """Where a committed step is, for messages, DONE.json and the database."""
+        """Where a committed step is, for messages, DONE.json and the database: its place in the root's
+        layout (the cell's checkpoints folder / `step-<step>`), a folder on a local disk and the
+        mirror of its keys in an object store, which keeps a root's layout under its prefix."""
         ...
 
     def read_manifest(self, step: int) -> tuple[dict[str, Any], str]:

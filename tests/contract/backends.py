@@ -27,8 +27,10 @@ from typing import Protocol
 import pytest
 
 from sweepq import layout
+from sweepq.checkpoint import storage
 from sweepq.checkpoint.memory import Bucket, InMemory
 from sweepq.checkpoint.storage import CheckpointStorage, LocalFolder
+from sweepq.layout import CellPaths
 from sweepq.queue import liveness
 from sweepq.queue.database import Database
 from sweepq.queue.liveness import ENV_LOCK_FD, Handoff, Liveness, RegistryLiveness
@@ -51,7 +53,7 @@ STORE_BACKENDS: dict[str, StoreFactory] = {"sqlite": sqlite_file}
 
 class CheckpointBackend(Protocol):
     def make(self, tmp_path: Path, name: str = "a") -> CheckpointStorage:
-        """An empty storage; storages of one test with other `name`s are other cells beside it."""
+        """The empty storage of cell `name` of the root tmp_path/root; other `name`s are other cells beside it."""
         ...
 
     def replace(self, storage: CheckpointStorage, step: int, name: str, data: bytes) -> None:
@@ -65,8 +67,7 @@ class CheckpointBackend(Protocol):
 
 class LocalBackend:
     def make(self, tmp_path: Path, name: str = "a") -> CheckpointStorage:
-        root = tmp_path / "root"
-        return LocalFolder(root / "cells" / name / "checkpoints", root)
+        return storage.for_cell(CellPaths(tmp_path / "root", name))
 
     def replace(self, storage: CheckpointStorage, step: int, name: str, data: bytes) -> None:
         (storage.location(step) / name).write_bytes(data)
@@ -83,7 +84,8 @@ class MemoryBackend:
 
     def make(self, tmp_path: Path, name: str = "a") -> CheckpointStorage:
         bucket = self.buckets.setdefault(tmp_path, Bucket())  # the cells of one test share a bucket
-        return InMemory(bucket, f"cells/{name}/checkpoints")
+        root = tmp_path / "root"
+        return InMemory(CellPaths(root, name).checkpoints, root, bucket)
 
     def replace(self, storage: CheckpointStorage, step: int, name: str, data: bytes) -> None:
         assert isinstance(storage, InMemory)

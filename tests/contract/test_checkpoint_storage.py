@@ -24,7 +24,7 @@ from sweepq.checkpoint import commit, readio, retention, serialize
 from sweepq.checkpoint.fenced import FencedStorage
 from sweepq.checkpoint.manifest import FORMAT, CheckpointCorrupt
 from sweepq.checkpoint.storage import CheckpointStorage, committed_manifests, verify
-from sweepq.layout import MANIFEST_NAME
+from sweepq.layout import MANIFEST_NAME, CellPaths
 from sweepq.queue.fence import Fenced
 
 
@@ -59,7 +59,7 @@ def test_an_empty_storage_has_no_steps(storage: CheckpointStorage) -> None:
     assert storage.clean_partial() == []
 
 
-def test_a_committed_step_reads_back_verified(storage: CheckpointStorage) -> None:
+def test_a_committed_step_reads_back_verified(storage: CheckpointStorage, tmp_path: Path) -> None:
     data = {"a.bin": b"alpha" * 1000, "b.bin": b"", "c.bin": bytes(range(256))}
     assert put(storage, 7, data, epoch=1.5)
     assert storage.steps() == [7]
@@ -75,7 +75,9 @@ def test_a_committed_step_reads_back_verified(storage: CheckpointStorage) -> Non
         storage.check(7, name, entry)
     assert verify(storage, 7) == m
     assert storage.linked(7) is None
-    assert storage.location(7).name == "step-7"
+    cell = CellPaths(tmp_path / "root", "a")
+    assert storage.location(7) == cell.checkpoint(7)  # its place in the root's layout, whatever keeps it
+    assert cell.relative(storage.location(7)) == "checkpoints/step-7"  # as DONE.json and the database record it
 
 
 def test_a_step_is_committed_only_once_its_manifest_is(storage: CheckpointStorage) -> None:
@@ -178,7 +180,7 @@ def test_quarantine_moves_a_step_aside_and_keeps_it(checkpoints: CheckpointBacke
     put(storage, 2, {"x": b"two"})
     moved = storage.quarantine(2)
     assert storage.steps() == [1]
-    assert moved != storage.location(2) and "corrupt" in str(moved)
+    assert moved.parent == storage.location(2).parent and moved != storage.location(2) and "corrupt" in moved.name
     assert storage.clean_partial() == []  # kept for inspection, not a leftover
     assert put(storage, 2, {"x": b"again"})  # the step's name is free for a new commit
     assert content(storage, 2) == {"x": b"again"}
