@@ -287,6 +287,21 @@ def test_a_spent_retry_budget_fails_the_cell(store: Store, clock: FakeClock) -> 
     assert store.cell("1.1").state is CellState.QUEUED
 
 
+def test_the_users_moves_cancel_retry_and_reset(store: Store) -> None:
+    claim(store, "1.2")
+    assert store.cancel(["1.1", "1.2"]) == (["1.1"], ["1.2"])  # queued: now; running: asked
+    assert store.cell("1.1").state is CellState.CANCELLED
+    assert store.cancel_requested("1.2") and store.cell("1.2").state is CellState.RUNNING
+    assert end(store, "1.2", Reason.CANCELLED) is CellState.CANCELLED
+    assert store.retry(["1.1", "1.3"]) == ["1.1"]  # a queued cell has nothing to retry
+    assert store.cell("1.1").state is CellState.QUEUED
+    run_once(store, "1.4", Reason.COMPLETED, end_step=9)
+    assert store.reset(["1.4"]) == ["1.4"]
+    cell = store.cell("1.4")
+    assert (cell.state, cell.step) == (CellState.QUEUED, None)
+    assert claim(store, "1.4") == 2  # attempts are numbered on: a reset never reuses a fencing token
+
+
 # -- the schema ------------------------------------------------------------------------------------
 
 
