@@ -52,6 +52,7 @@ from sweepq.spec.read import (
     sweep_name,
     value_identity,
 )
+from sweepq.spec.server import read_database, read_lease
 from sweepq.spec.types import DEFAULT_MAX_CELLS, GroupSpec, Sweep
 
 GROUPED_KEYS = (
@@ -76,6 +77,8 @@ GROUPED_KEYS = (
     "data",
     "resume_args",
     "inputs",
+    "database",
+    "lease",
 )
 GROUP_KEYS = ("name", "description", "params", "grid", "resume_args")
 _GROUP_NAME_RULE = (
@@ -177,6 +180,8 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
         groups=[group.spec for group in groups],
         expand=lambda: expand(ctx, grids),
         notes=ctx.warnings,
+        database=read_database(ctx, data),
+        lease=read_lease(ctx, data.get("lease")),
     )
 
 

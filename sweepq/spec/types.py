@@ -29,6 +29,19 @@ DEFAULT_BACKOFF_SECONDS = 30.0
 DEFAULT_BACKOFF_MAX_SECONDS = 1800.0
 DEFAULT_MAX_CELLS = 10_000
 
+DEFAULT_RENEW_SECONDS = 5.0
+DEFAULT_EXPIRE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class LeaseTerms:
+    """`lease:` of a sweep on a server database: renewed every `renew_seconds`, expired `expire_seconds`
+    after the last renewal (in the database's clock)."""
+
+    renew_seconds: float = DEFAULT_RENEW_SECONDS
+    expire_seconds: float = DEFAULT_EXPIRE_SECONDS
+
+
 Workdir = Literal["output", "sweep"]
 DoneWhen = Literal["exit_zero", "reported"]
 Start = Literal["fork", "fresh"]
@@ -183,6 +196,9 @@ class Sweep:
     project: str | None = None  # W&B metadata, kept as is
     entity: str | None = None
     source_sha256: str = ""  # of the file's text: with the path, what says the file is unchanged
+    #: `database:` as written (a SQLAlchemy URL, `${envvar:NAME}` unexpanded); None: the root's SQLite file.
+    database: str | None = None
+    lease: LeaseTerms = field(default_factory=LeaseTerms)
 
     @property
     def cells(self) -> list[CellSpec]:
