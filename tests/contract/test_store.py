@@ -10,6 +10,7 @@ every past revision to head. Only the Store's public verbs are used.
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +24,7 @@ from unit.support import SWEEP_YAML, T0, WORKER, FakeClock, sweep_from
 
 from contract.backends import LivenessBackend
 from contract.racing import race
+from sweepq.layout import RootPaths
 from sweepq.queue import reconcile
 from sweepq.queue.database import SCHEMA_HEAD, Database, migrations_dir
 from sweepq.queue.fence import Fence, Fenced
@@ -215,6 +217,43 @@ def test_claims_from_stale_listings_lose_the_race_instead_of_claiming_twice(
 
     assert race(worker, len(stores)) == []
     assert sorted(won[0] + won[1]) == sorted(ALL)
+    assert [c.attempts for c in store.cells()] == [1] * len(ALL)
+
+
+def claim_all(root: str, url: str, worker: int, start: Any, out: Any) -> None:
+    """A worker process: its own store on the database, claiming until nothing is left (spawned)."""
+    owners, info = FileLockLiveness(Path(root)), WorkerInfo(f"p{worker}", "h", worker)
+    store = Store.open(Path(root), database=Database(url, migrate_lock=RootPaths(Path(root)).migrate_lock))
+    try:
+        start.wait()
+        while (got := store.claim_next(info, owners.take)) is not None:
+            out.put(got[0].cell)
+            got[1].release()
+    finally:
+        store.close()
+        out.put(None)
+
+
+@pytest.mark.process
+def test_worker_processes_racing_claim_every_cell_exactly_once(store: Store, root: Path) -> None:
+    """As workers race: processes of their own, each with its own connections (and, for SQLite, file locks)."""
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter, as a worker is
+    start, out = ctx.Barrier(3), ctx.Queue()
+    url = store.database.url.render_as_string(hide_password=False)
+    procs = [ctx.Process(target=claim_all, args=(str(root), url, i, start, out)) for i in range(3)]
+    for p in procs:
+        p.start()
+    won, ended = [], 0
+    while ended < len(procs):
+        cell = out.get(timeout=120)
+        if cell is None:
+            ended += 1
+        else:
+            won.append(cell)
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+    assert sorted(won) == sorted(ALL)  # none twice, none missed
     assert [c.attempts for c in store.cells()] == [1] * len(ALL)
 
 
