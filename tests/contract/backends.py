@@ -48,6 +48,12 @@ def sqlite_file(request: pytest.FixtureRequest, root: Path) -> Database:
 STORE_BACKENDS: dict[str, StoreFactory] = {"sqlite": sqlite_file}
 
 
+def reopen(database: Database) -> Database:
+    """A new handle on the same database, as another process opens it (no engine yet: it pickles).
+    A backend whose `Database` carries more than its URL (a sweep's schema) keeps it here."""
+    return Database(database.url, migrate_lock=database.migrate_lock)
+
+
 # -- checkpoint storage ---------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from contract.backends import (
     CheckpointBackend,
     LeaseBackend,
     LivenessBackend,
+    reopen,
 )
 from sweepq.queue.database import Database
 
@@ -45,6 +46,6 @@ def store_database(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[
         if not made:
             made.append(STORE_BACKENDS[request.param](request, root))
             return made[0]
-        return Database(made[0].url, migrate_lock=made[0].migrate_lock)
+        return reopen(made[0])
 
     return handle

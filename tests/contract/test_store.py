@@ -22,9 +22,8 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from unit.support import SWEEP_YAML, T0, WORKER, FakeClock, sweep_from
 
-from contract.backends import LivenessBackend
+from contract.backends import LivenessBackend, reopen
 from contract.racing import race
-from sweepq.layout import RootPaths
 from sweepq.queue import reconcile
 from sweepq.queue.database import SCHEMA_HEAD, Database, migrations_dir
 from sweepq.queue.fence import Fence, Fenced
@@ -220,10 +219,10 @@ def test_claims_from_stale_listings_lose_the_race_instead_of_claiming_twice(
     assert [c.attempts for c in store.cells()] == [1] * len(ALL)
 
 
-def claim_all(root: str, url: str, worker: int, start: Any, out: Any) -> None:
+def claim_all(root: Path, database: Database, worker: int, start: Any, out: Any) -> None:
     """A worker process: its own store on the database, claiming until nothing is left (spawned)."""
-    owners, info = FileLockLiveness(Path(root)), WorkerInfo(f"p{worker}", "h", worker)
-    store = Store.open(Path(root), database=Database(url, migrate_lock=RootPaths(Path(root)).migrate_lock))
+    owners, info = FileLockLiveness(root), WorkerInfo(f"p{worker}", "h", worker)
+    store = Store.open(root, database=database)
     try:
         start.wait()
         while (got := store.claim_next(info, owners.take)) is not None:
@@ -239,8 +238,7 @@ def test_worker_processes_racing_claim_every_cell_exactly_once(store: Store, roo
     """As workers race: processes of their own, each with its own connections (and, for SQLite, file locks)."""
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter, as a worker is
     start, out = ctx.Barrier(3), ctx.Queue()
-    url = store.database.url.render_as_string(hide_password=False)
-    procs = [ctx.Process(target=claim_all, args=(str(root), url, i, start, out)) for i in range(3)]
+    procs = [ctx.Process(target=claim_all, args=(root, reopen(store.database), i, start, out)) for i in range(3)]
     for p in procs:
         p.start()
     won, ended = [], 0
