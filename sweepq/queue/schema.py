@@ -212,3 +212,19 @@ class EventRow(Base):
     at: Mapped[datetime]
     kind: Mapped[str] = mapped_column(String(32))
     detail: Mapped[dict[str, Any] | None]
+
+
+class LeaseRow(Base):
+    """A running cell's lease on a server database (queue/leases.py): held by `token` until `expires_at`.
+
+    Expiry in the database's clock (timestamptz, compared with the server's now()); `host` and
+    `renewed_at` say where the holder runs and when it last proved life (for status).
+    """
+
+    __tablename__ = "leases"
+
+    cell_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    host: Mapped[str | None] = mapped_column(Text)

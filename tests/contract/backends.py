@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
 import pytest
+from sqlalchemy import ColumnElement, Engine, create_engine, func, update
+from sqlalchemy.pool import NullPool
 
 from sweepq import layout
 from sweepq.checkpoint import storage
@@ -32,8 +35,11 @@ from sweepq.checkpoint.memory import Bucket, InMemory
 from sweepq.checkpoint.storage import CheckpointStorage, LocalFolder
 from sweepq.layout import CellPaths
 from sweepq.queue import liveness
-from sweepq.queue.database import Database
+from sweepq.queue.database import Database, upgrade
+from sweepq.queue.leases import TableLiveness
 from sweepq.queue.liveness import ENV_LOCK_FD, Handoff, Liveness, RegistryLiveness
+from sweepq.queue.pg_schema import execution_options
+from sweepq.queue.schema import LeaseRow
 
 # -- the queue ------------------------------------------------------------------------
 
@@ -188,10 +194,81 @@ class RegistryLeases(RegistryBackend):
         self.clocks[id(live.registry)][0] += seconds
 
 
-LEASE_BACKENDS: dict[str, Callable[[], LeaseBackend]] = {"registry": RegistryLeases}
+class TableLeases:
+    """Leases in a sweep's `leases` table on the throwaway PostgreSQL server (queue/leases.py).
+
+    One fresh database per test, one sweep schema in it; every `make` of one tmp_path is another
+    process's view (an engine of its own). The server's clock cannot be moved: `advance` moves every
+    expiry back instead, and each view's start with it, so a view counts as settled after the
+    seconds the test says passed (the rule on reconnection has its own tests, which wait).
+    """
+
+    SWEEP = "contract"
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.request = request
+        self.url: str | None = None
+        self.views: list[TableLiveness] = []
+        request.addfinalizer(self.close)
+
+    def _engine(self) -> Engine:
+        if self.url is None:
+            self.url = self.request.getfixturevalue("postgres_url")
+            engine = create_engine(self.url, poolclass=NullPool).execution_options(**execution_options(self.SWEEP))
+            upgrade(engine, "the contract's database")
+            engine.dispose()
+        return create_engine(self.url, pool_size=1).execution_options(**execution_options(self.SWEEP))
+
+    def make(self, tmp_path: Path) -> Liveness:
+        live = TableLiveness(self._engine(), expire_seconds=30.0, settle_seconds=30.0)
+        live.owner_alive("-")  # the view's first statement: its run of statements (and its term) starts
+        live.connected_at = (live.connected_at or datetime.now(UTC)) - timedelta(seconds=30)  # settled
+        self.views.append(live)
+        return live
+
+    def child_environ(self, handoff: Handoff) -> dict[str, str]:
+        return dict(handoff.env)
+
+    def _shift(self, seconds: float, where: ColumnElement[bool] | None = None) -> None:
+        table = LeaseRow.__table__
+        with self.views[0].engine.begin() as conn:
+            stmt = update(table).values(
+                expires_at=table.c.expires_at - timedelta(seconds=seconds),
+                renewed_at=table.c.renewed_at - timedelta(seconds=seconds),
+            )
+            conn.execute(stmt if where is None else stmt.where(where))
+        for view in self.views:
+            view.monotonic = _ahead(view.monotonic, seconds)  # the holders' own deadlines pass too
+            if view.last_ok is not None:
+                view.last_ok += seconds  # and each view was in touch with the server meanwhile
+
+    def advance(self, live: Liveness, seconds: float) -> None:
+        self._shift(seconds)
+
+    def take_away(self, live: Liveness, cell: str) -> None:
+        # Its holder stopped renewing (a frozen machine) while every other holder renewed: that lease
+        # alone reached its expiry.
+        table = LeaseRow.__table__
+        with self.views[0].engine.begin() as conn:
+            conn.execute(update(table).where(table.c.cell_id == cell).values(expires_at=func.now()))
+
+    def close(self) -> None:
+        for view in self.views:
+            view.engine.dispose()
 
 
-LIVENESS_BACKENDS: dict[str, Callable[[], LivenessBackend]] = {
-    "flock": FileLockBackend,
-    "registry": RegistryBackend,
+def _ahead(clock: Callable[[], float], seconds: float) -> Callable[[], float]:
+    return lambda: clock() + seconds
+
+
+LEASE_BACKENDS: dict[str, Callable[[pytest.FixtureRequest], LeaseBackend]] = {
+    "registry": lambda request: RegistryLeases(),
+    "postgresql": TableLeases,
+}
+
+
+LIVENESS_BACKENDS: dict[str, Callable[[pytest.FixtureRequest], LivenessBackend]] = {
+    "flock": lambda request: FileLockBackend(),
+    "registry": lambda request: RegistryBackend(),
+    "postgresql": TableLeases,
 }

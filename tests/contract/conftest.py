@@ -27,12 +27,12 @@ def checkpoints(request: pytest.FixtureRequest) -> CheckpointBackend:
 
 @pytest.fixture(params=sorted(LIVENESS_BACKENDS))
 def owners(request: pytest.FixtureRequest, tmp_path: Path) -> LivenessBackend:
-    return LIVENESS_BACKENDS[request.param]()
+    return LIVENESS_BACKENDS[request.param](request)
 
 
 @pytest.fixture(params=sorted(LEASE_BACKENDS))
 def leases(request: pytest.FixtureRequest) -> LeaseBackend:
-    return LEASE_BACKENDS[request.param]()
+    return LEASE_BACKENDS[request.param](request)
 
 
 @pytest.fixture(params=sorted(STORE_BACKENDS))

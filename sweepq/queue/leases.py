@@ -1,0 +1,260 @@
+"""Liveness by leases in a server database: a row per running cell, renewed by its holder, in the server's clock.
+
+The `leases` table (migration 0008) is liveness.py's `LeaseRegistry` made durable and shared by
+machines: `take` is one INSERT ... ON CONFLICT that only takes an absent or expired row, `renew`
+and `release` an UPDATE or DELETE guarded by the holder's token, and every expiry is compared with
+the server's `now()`, never with a machine's clock. Each is one short statement in its own
+transaction on the engine's small pool: nothing is kept in the session (PgBouncer in transaction
+mode is fine).
+
+Two rules keep a database outage from turning into false reclaims or two writers:
+
+- A process that just connected, or reconnected after a failed statement, cannot tell an expired
+  lease of a dead holder from one whose holder could not renew during the outage. For one full term
+  of its own (`settle_seconds`, by default `expire_seconds`, in the server's clock from its first
+  statement that succeeded) it takes an expired row for a live owner: `take` refuses it and
+  `owner_alive` says alive. An absent row (a released lease, a cell never run) is free at once.
+  Half a term without a statement counts as a reconnection too: an outage may have come and gone
+  unseen between two statements (the pool reconnects silently).
+- A holder knows when its lease ends without asking: each statement that read its row notes the
+  expiry, measured from before the statement was sent on this process's monotonic clock. When the
+  server cannot be reached, `lost()` and `renew()` answer from that: alive until then, lost after,
+  so a holder that cannot renew before its expiry stops writing, and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import ColumnClause, Connection, Engine, Table, delete, extract, func, literal_column, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError
+
+from sweepq.queue.liveness import ENV_LEASE, Handoff, Ownership, OwnershipLost
+from sweepq.queue.schema import LeaseRow
+
+_LEASES = cast(Table, LeaseRow.__table__)
+_SECOND: ColumnClause[Any] = literal_column("interval '1 second'")
+
+
+class DatabaseUnreachable(RuntimeError):
+    """A lease statement could not reach the database (the server is down, the network is gone)."""
+
+
+class TableLiveness:
+    """Ownership is a row of the sweep's `leases` table: `expire_seconds` from its last renewal.
+
+    `engine` reaches the sweep's tables (on PostgreSQL: with the sweep's schema in its execution
+    options, pg_schema.execution_options). `monotonic` is this process's clock for the holder's
+    own deadline; every expiry is otherwise the server's.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        expire_seconds: float,
+        *,
+        settle_seconds: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.expire_seconds = float(expire_seconds)
+        self.settle_seconds = self.expire_seconds if settle_seconds is None else float(settle_seconds)
+        self.monotonic = monotonic
+        self.host = socket.gethostname()
+        #: When this process's current run of successful statements began, in the server's clock; None
+        #: after a failure (the next success starts a new run, and a new term to wait).
+        self.connected_at: datetime | None = None
+        self.last_ok: float | None = None  # this process's monotonic clock at its last successful statement
+        self._inherited: dict[tuple[str, str], _TableOwnership] = {}
+
+    # -- one statement each -------------------------------------------------------------------
+
+    @contextmanager
+    def _statement(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except DBAPIError as e:
+            if not _unreachable(e):
+                raise
+            self.connected_at = None
+            raise DatabaseUnreachable(f"the database is unreachable: {e.orig or e}") from e
+
+    def _note(self, now: datetime) -> bool:
+        """Note a successful statement at the server's `now`; True once this process has settled."""
+        mono = self.monotonic()
+        if self.last_ok is not None and mono - self.last_ok > self.settle_seconds / 2:
+            # Quiet for half a term: an outage may have come and gone between two statements
+            # (the pool reconnects unseen), long enough for live holders' leases to lapse.
+            self.connected_at = None
+        self.last_ok = mono
+        if self.connected_at is None:
+            self.connected_at = now
+        return now - self.connected_at >= timedelta(seconds=self.settle_seconds)
+
+    def _term(self) -> Any:
+        return func.now() + _SECOND * self.expire_seconds
+
+    def _acquire(self, cell: str, token: str) -> datetime | None:
+        """Take the lease on `cell` when absent (or expired, once settled); its expiry, else None."""
+        with self._statement() as conn:
+            now = conn.execute(select(func.now())).scalar_one()
+            settled = self._note(now)
+            row = {"cell_id": cell, "token": token, "expires_at": self._term(), "renewed_at": func.now()}
+            stmt = insert(_LEASES).values(**row, host=self.host)
+            taken = stmt.on_conflict_do_update(
+                index_elements=[_LEASES.c.cell_id],
+                set_={k: stmt.excluded[k] for k in ("token", "expires_at", "renewed_at", "host")},
+                # Before it settled, this process takes no expired lease: its holder may only have
+                # been unable to renew while the database was away.
+                where=_LEASES.c.expires_at <= func.now() if settled else literal_column("false"),
+            )
+            return conn.execute(taken.returning(_LEASES.c.expires_at)).scalar_one_or_none()
+
+    def _renew(self, cell: str, token: str) -> tuple[datetime, datetime] | None:
+        with self._statement() as conn:
+            row = conn.execute(
+                update(_LEASES)
+                .where(_LEASES.c.cell_id == cell, _LEASES.c.token == token, _LEASES.c.expires_at > func.now())
+                .values(expires_at=self._term(), renewed_at=func.now())
+                .returning(_LEASES.c.expires_at, func.now())
+            ).one_or_none()
+            if row is None:
+                self._note(conn.execute(select(func.now())).scalar_one())
+                return None
+            self._note(row[1])
+            return row[0], row[1]
+
+    def _look(self, cell: str) -> tuple[str | None, datetime | None, datetime, bool]:
+        """`cell`'s row as (token, expires_at, the server's now, settled); token None without a row."""
+        with self._statement() as conn:
+            now = conn.execute(select(func.now())).scalar_one()
+            row = conn.execute(select(_LEASES.c.token, _LEASES.c.expires_at).where(_LEASES.c.cell_id == cell)).first()
+        settled = self._note(now)
+        return (row[0], row[1], now, settled) if row is not None else (None, None, now, settled)
+
+    def _drop(self, cell: str, token: str) -> None:
+        with self._statement() as conn:
+            conn.execute(delete(_LEASES).where(_LEASES.c.cell_id == cell, _LEASES.c.token == token))
+
+    # -- the Liveness interface -----------------------------------------------------------------
+
+    def take(self, cell: str) -> _TableOwnership | None:
+        token = secrets.token_hex(16)
+        sent = self.monotonic()
+        expires = self._acquire(cell, token)
+        if expires is None:
+            return None
+        owned = _TableOwnership(self, cell, token, taker=True)
+        owned.valid_until = sent + self.expire_seconds
+        return owned
+
+    def inherit(self, cell: str, environ: Mapping[str, str] | None = None) -> Ownership | None:
+        token = (os.environ if environ is None else environ).get(ENV_LEASE)
+        if not token:
+            return None
+        known = self._inherited.get((cell, token))
+        if known is not None and known.held:
+            return known
+        owned = _TableOwnership(self, cell, token, taker=False)
+        why = owned.lost()
+        if why is not None:
+            raise OwnershipLost(f"the lease of cell {cell} handed to this process is not held by it: {why}")
+        self._inherited[(cell, token)] = owned
+        return owned
+
+    def owner_alive(self, cell: str) -> bool:
+        token, expires, now, settled = self._look(cell)
+        if token is None or expires is None:
+            return False
+        return expires > now or not settled  # an expired row counts as live until this process settled
+
+    def holding(self) -> dict[str, tuple[str | None, float]]:
+        """For status: cell -> (holder's host, seconds since its last renewal), unexpired leases only."""
+        with self._statement() as conn:
+            rows = conn.execute(
+                select(_LEASES.c.cell_id, _LEASES.c.host, extract("epoch", func.now() - _LEASES.c.renewed_at)).where(
+                    _LEASES.c.expires_at > func.now()
+                )
+            ).all()
+        return {cell: (host, float(age)) for cell, host, age in rows}
+
+
+class _TableOwnership:
+    def __init__(self, liveness: TableLiveness, cell: str, token: str, taker: bool) -> None:
+        self.cell = cell
+        self._liveness = liveness
+        self._token: str | None = token
+        self._taker = taker  # only the taker drops the lease; an heir just stops using it
+        #: Until when (this process's monotonic clock) the lease is known to hold without asking.
+        self.valid_until = float("-inf")
+
+    @property
+    def held(self) -> bool:
+        return self._token is not None
+
+    def handoff(self) -> Handoff:
+        if self._token is None:
+            raise OwnershipLost(f"the ownership of cell {self.cell} was released")
+        return Handoff(env={ENV_LEASE: self._token})
+
+    def _unreachable_answer(self) -> str | None:
+        left = self.valid_until - self._liveness.monotonic()
+        if left > 0:
+            return None  # the lease still runs, whatever the database's answer would be
+        return (
+            "the database could not be reached to renew its lease before it expired "
+            f"({-left:.1f} s ago): another machine may own the cell now"
+        )
+
+    def renew(self) -> bool:
+        token = self._token
+        if token is None:
+            return False
+        sent = self._liveness.monotonic()
+        try:
+            renewed = self._liveness._renew(self.cell, token)
+        except DatabaseUnreachable:
+            return self._unreachable_answer() is None
+        if renewed is None:
+            self.valid_until = float("-inf")
+            return False
+        expires, now = renewed
+        self.valid_until = sent + (expires - now).total_seconds()
+        return True
+
+    def release(self) -> None:
+        token, self._token = self._token, None
+        if token is not None and self._taker:
+            try:
+                self._liveness._drop(self.cell, token)
+            except DatabaseUnreachable:
+                pass  # the lease ends at its expiry instead: nobody renews it any more
+
+    def lost(self) -> str | None:
+        token = self._token
+        if token is None:
+            return "its ownership was released"
+        sent = self._liveness.monotonic()
+        try:
+            holder, expires, now, _ = self._liveness._look(self.cell)
+        except DatabaseUnreachable:
+            return self._unreachable_answer()
+        if holder != token or expires is None or expires <= now:
+            self.valid_until = float("-inf")
+            return "its lease expired (not renewed in time) or another holder took the cell"
+        self.valid_until = sent + (expires - now).total_seconds()
+        return None
+
+
+def _unreachable(e: DBAPIError) -> bool:
+    """A failure to reach the server (as opposed to a statement the server refused)."""
+    return bool(e.connection_invalidated) or type(e).__name__ in ("OperationalError", "InterfaceError")
