@@ -57,7 +57,7 @@ from sqlalchemy.exc import DBAPIError
 
 from sweepq.queue import states
 from sweepq.queue.liveness import Ownership
-from sweepq.queue.prepared import Prepared
+from sweepq.queue.prepared import Prepared, schema_of
 from sweepq.queue.records import Claim, WorkerInfo
 from sweepq.queue.schema import CELLS, AttemptRow, CellRow, UTCDateTime, cell_order, live
 from sweepq.queue.states import CellState
@@ -114,7 +114,12 @@ def claim_pick(skip: tuple[str, ...] = ()) -> ColumnElement[Any]:
     that it can sit inside an UPDATE of `cells` (the claim statement below).
     """
     pick = CELLS.alias("pick")
-    firsts = [claim_order(str(st), pick, skip).limit(1).scalar_subquery() for st in states.CLAIMABLE]
+    # On a server, a row another claimer has locked is passed over, not waited for (FOR UPDATE SKIP
+    # LOCKED inside the pick); SQLite, whose writers take turns, compiles no such clause.
+    firsts = [
+        claim_order(str(st), pick, skip).limit(1).with_for_update(skip_locked=True).scalar_subquery()
+        for st in states.CLAIMABLE
+    ]
     return func.coalesce(*firsts)
 
 
@@ -123,7 +128,7 @@ _OPENED = ("cell_id", "number", "worker", "host", "worker_pid", "started_at", "s
 
 
 @lru_cache(maxsize=32)
-def _claim_statement(dialect: Dialect, named: bool, skip: tuple[str, ...] = ()) -> Prepared:
+def _claim_statement(dialect: Dialect, named: bool, skip: tuple[str, ...] = (), schema: str | None = None) -> Prepared:
     """The claim's one statement: move the cell to running and return what its attempt needs.
 
     `named`: the cell `:cell`; else the next in claim order (`claim_pick`)
@@ -139,19 +144,19 @@ def _claim_statement(dialect: Dialect, named: bool, skip: tuple[str, ...] = ()) 
         .values(state=str(CellState.RUNNING), attempts=c.attempts + 1, retry_after=None, updated_at=now_param())
         .returning(*returns)
     )
-    return Prepared(stmt, dialect, returns)
+    return Prepared(stmt, dialect, returns, schema)
 
 
 @lru_cache(maxsize=32)
-def _attempt_insert(dialect: Dialect) -> Prepared:
+def _attempt_insert(dialect: Dialect, schema: str | None = None) -> Prepared:
     """The claimed attempt's row (its parameters are the column names, prefixed `a_`)."""
     values = {k: bindparam(f"a_{k}", type_=ATTEMPTS.c[k].type) for k in _OPENED}
-    return Prepared(insert(ATTEMPTS).values(values), dialect)
+    return Prepared(insert(ATTEMPTS).values(values), dialect, schema=schema)
 
 
 @lru_cache(maxsize=8)
-def _nan_cleared(dialect: Dialect) -> Prepared:
-    return Prepared(update(CELLS).where(CELLS.c.id == bindparam("cell")).values(nan_step=None), dialect)
+def _nan_cleared(dialect: Dialect, schema: str | None = None) -> Prepared:
+    return Prepared(update(CELLS).where(CELLS.c.id == bindparam("cell")).values(nan_step=None), dialect, schema=schema)
 
 
 @contextmanager
@@ -194,9 +199,10 @@ class _Made:
         self, conn: Connection, named: bool, values: dict[str, Any], worker: WorkerInfo, skip: tuple[str, ...] = ()
     ) -> None:
         self.values, self.worker, self.skip = values, worker, skip
-        self.claim = _claim_statement(conn.dialect, named, skip)
+        self.schema = schema_of(conn)
+        self.claim = _claim_statement(conn.dialect, named, skip, self.schema)
         self.claim_args = self.claim.args(values)
-        self.insert = _attempt_insert(conn.dialect)
+        self.insert = _attempt_insert(conn.dialect, self.schema)
         opened: tuple[Any, ...] = (None, None, worker.worker, worker.host, worker.pid, values["now"], 0, None, [])
         self.insert_args = self.insert.args({f"a_{k}": v for k, v in zip(_OPENED, opened, strict=True)})
 
@@ -217,7 +223,7 @@ class _Made:
             return None
         cell, number, _, nan_step, _ = row  # a text and integers: the driver's values are the columns'
         if nan_step is not None:  # the rollback is this attempt's alone
-            _nan_cleared(conn.dialect).run(conn, {"cell": cell})
+            _nan_cleared(conn.dialect, self.schema).run(conn, {"cell": cell})
         for key, value in (("a_cell_id", cell), ("a_number", number), ("a_nan_step", nan_step)):
             self.insert.put(self.insert_args, key, value)
         self.insert.execute(conn, self.insert_args)

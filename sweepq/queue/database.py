@@ -54,7 +54,7 @@ from sqlalchemy.pool import NullPool
 from sweepq.atomic import fsync_dir
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
-from sweepq.queue import opening
+from sweepq.queue import opening, pg_schema
 from sweepq.queue.opening import BUSY_TIMEOUT_S as BUSY_TIMEOUT_S
 from sweepq.queue.opening import SCHEMA_HEAD as SCHEMA_HEAD
 from sweepq.queue.opening import SIDECARS as SIDECARS
@@ -75,10 +75,25 @@ class Database:
     database never writes anything (see the module's read-only recipe).
     """
 
-    def __init__(self, url: str | URL, *, migrate_lock: Path | None = None, readonly: bool = False) -> None:
+    def __init__(
+        self, url: str | URL, *, migrate_lock: Path | None = None, readonly: bool = False, sweep: str | None = None
+    ) -> None:
         self.url = make_url(url)
         self.migrate_lock = migrate_lock
         self.readonly = readonly
+        #: The sweep's name: on a server, its tables are in a schema of their own (pg_schema.py).
+        self.sweep = sweep
+        if self.is_server and not sweep:
+            raise UsageError(f"a sweep on the server database {self.describe()} needs its name (--sweep NAME)")
+
+    @property
+    def is_server(self) -> bool:
+        return self.url.get_backend_name() != "sqlite"
+
+    @property
+    def schema(self) -> str | None:
+        """The server schema of the sweep's tables; None on SQLite."""
+        return pg_schema.sweep_schema(self.sweep) if self.is_server and self.sweep else None
 
     @classmethod
     def for_root(cls, root: Path, *, readonly: bool = False) -> Database:
@@ -92,7 +107,7 @@ class Database:
 
     @cached_property
     def _reader(self) -> Database:
-        return Database(self.url, migrate_lock=self.migrate_lock, readonly=True)
+        return Database(self.url, migrate_lock=self.migrate_lock, readonly=True, sweep=self.sweep)
 
     # -- where ------------------------------------------------------------------------
 
@@ -112,7 +127,7 @@ class Database:
         if self.path is not None:
             return self.path.exists()
         with self.engine.connect() as conn:
-            return inspect(conn).has_table("alembic_version")
+            return inspect(conn).has_table(VERSION_TABLE, schema=self.schema)
 
     def check_writable(self) -> None:
         """Refuse, before anything is written, a database this user cannot write."""
@@ -130,8 +145,8 @@ class Database:
     @cached_property
     def engine(self) -> Engine:
         """For reads (and the base of `writer`); a SQLite file is created on first connect."""
-        if self.url.get_backend_name() != "sqlite":
-            return create_engine(self.url, pool_pre_ping=True)
+        if self.is_server:
+            return self._server_engine()
         if self.readonly:
             return self._readonly_engine()
         engine = create_engine(self.url, connect_args={"timeout": BUSY_TIMEOUT_S})
@@ -154,6 +169,15 @@ class Database:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_IMMEDIATE) else "BEGIN")
 
         return engine
+
+    def _server_engine(self) -> Engine:
+        """A small pool per process (many workers must not exhaust max_connections), nothing kept in the
+        session (PgBouncer's transaction mode), the sweep's schema mapped on every statement."""
+        engine = create_engine(self.url, pool_size=2, max_overflow=3, pool_pre_ping=True, pool_recycle=600)
+        options: dict[str, Any] = pg_schema.execution_options(self.sweep or "")
+        if self.readonly:
+            options["postgresql_readonly"] = True  # every transaction BEGIN ... READ ONLY
+        return engine.execution_options(**options)
 
     def _readonly_engine(self) -> Engine:
         path = self.path
@@ -193,7 +217,7 @@ class Database:
         """For write transactions: they hold the write lock from their first statement."""
         if self.readonly:
             return self.engine  # whose connections refuse every write (query_only, mode=ro)
-        if self.url.get_backend_name() != "sqlite":
+        if self.is_server:
             return self.engine  # a server's row locks (SELECT ... FOR UPDATE) do this per statement
         return self.engine.execution_options(**{_IMMEDIATE: True})
 
@@ -341,9 +365,11 @@ def head_revision() -> str:
 def current_revision(engine: Engine) -> str | None:
     """The revision recorded in the database; None for a database alembic never touched."""
     with engine.connect() as conn:
-        if not inspect(conn).has_table(VERSION_TABLE):
+        schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+        if not inspect(conn).has_table(VERSION_TABLE, schema=schema):
             return None
-        revisions = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+        table = f"{pg_schema.quoted(schema)}.{VERSION_TABLE}" if schema else VERSION_TABLE
+        revisions = conn.execute(text(f"SELECT version_num FROM {table}")).scalars().all()
     if len(revisions) > 1:
         raise UsageError(f"the database records several schema revisions ({', '.join(revisions)})")
     return revisions[0] if revisions else None

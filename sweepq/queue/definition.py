@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from sweepq.queue.prepared import Prepared
+from sweepq.queue.prepared import Prepared, schema_of
 from sweepq.queue.reconcile import Cfg, Existing, ReconcilePlan
 from sweepq.queue.records import CellRecord, cell_record, json_safe
 from sweepq.queue.schema import CellRow, EventRow, SweepRow, cell_order
@@ -59,8 +59,8 @@ _UNFINISHED = select(CellRow.id, CellRow.cfg_hash).where(
 
 
 @lru_cache(maxsize=8)
-def _prepared(stmt: ClauseElement, dialect: Dialect) -> Prepared:
-    return Prepared(stmt, dialect)
+def _prepared(stmt: ClauseElement, dialect: Dialect, schema: str | None = None) -> Prepared:
+    return Prepared(stmt, dialect, schema=schema)
 
 
 class Definition:
@@ -151,13 +151,15 @@ class Definition:
         """
         with self.tx.read() as s:
             conn = s.connection()
-            return [(cell, _seconds(at)) for cell, at in _prepared(_DONE, conn.dialect).rows(conn)]
+            return [(cell, _seconds(at)) for cell, at in _prepared(_DONE, conn.dialect, schema_of(conn)).rows(conn)]
 
     def unfinished_cells(self) -> list[tuple[str, str]]:
         """(id, cfg_hash) of every cell neither done nor running: those a DONE.json could finish."""
         with self.tx.read() as s:
             conn = s.connection()
-            return [(cell, cfg_hash) for cell, cfg_hash in _prepared(_UNFINISHED, conn.dialect).rows(conn)]
+            return [
+                (cell, cfg_hash) for cell, cfg_hash in _prepared(_UNFINISHED, conn.dialect, schema_of(conn)).rows(conn)
+            ]
 
     def steps_digest(self) -> tuple[tuple[str, int, int], ...]:
         """Per state, its cells and their attempts summed: it moves whenever a cell's state or attempt does."""
@@ -177,7 +179,10 @@ class Definition:
         """cell id -> (state, attempts) of every cell: where each stands, without loading its record."""
         with self.tx.read() as s:
             conn = s.connection()
-            return {cell: (state, attempts) for cell, state, attempts in _prepared(_STEPS, conn.dialect).rows(conn)}
+            return {
+                cell: (state, attempts)
+                for cell, state, attempts in _prepared(_STEPS, conn.dialect, schema_of(conn)).rows(conn)
+            }
 
     def cells_not_in(self, state: CellState, limit: int) -> tuple[list[CellRecord], int]:
         """The first `limit` cells in any state but `state`, in cell order, and how many there are in all."""
@@ -319,7 +324,11 @@ def _insert_cells(s: Session, cells: list[CellSpec], now: datetime) -> None:
         return c.cfg_json if ready and c.cfg_json else encode(c.cfg)
 
     keys = ["id", "group_number", "index", "group_name", "cfg", "cfg_hash", *shared]
-    compiled = insert(_CELLS).compile(dialect=dialect, column_keys=keys)
+    schema = schema_of(connection)
+    translate: dict[str, Any] = (
+        {"schema_translate_map": {None: schema}, "render_schema_translate": True} if schema else {}
+    )
+    compiled = insert(_CELLS).compile(dialect=dialect, column_keys=keys, **translate)
     same = tuple(shared.values())
     for batch in _batches(iter(cells)):
         rows = [(c.id, c.group, c.index, c.group_name, as_text(c), c.cfg_hash, *same) for c in batch]

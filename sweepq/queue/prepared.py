@@ -21,14 +21,31 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 
+
+def schema_of(conn: Connection) -> str | None:
+    """The sweep schema `conn`'s statements are mapped to (pg_schema.execution_options); None on SQLite."""
+    return cast(str | None, (conn.get_execution_options().get("schema_translate_map") or {}).get(None))
+
+
 Convert = Callable[[Any], Any] | None
 
 
 class Prepared:
     """`stmt` for `dialect`; `returns`: the columns its RETURNING gives, for their conversion."""
 
-    def __init__(self, stmt: ClauseElement, dialect: Dialect, returns: Sequence[ColumnElement[Any]] = ()) -> None:
-        compiled = cast(SQLCompiler, stmt.compile(dialect=dialect))
+    def __init__(
+        self,
+        stmt: ClauseElement,
+        dialect: Dialect,
+        returns: Sequence[ColumnElement[Any]] = (),
+        schema: str | None = None,
+    ) -> None:
+        # On a server the sweep's tables are in its schema (pg_schema.py), written into the SQL here:
+        # the driver's cursor knows nothing of SQLAlchemy's schema_translate_map.
+        translate: dict[str, Any] = (
+            {"schema_translate_map": {None: schema}, "render_schema_translate": True} if schema else {}
+        )
+        compiled = cast(SQLCompiler, stmt.compile(dialect=dialect, **translate))
         self.sql = compiled.string
         self.binders: dict[str, Convert] = {}
         fixed: dict[str, Any] = {}

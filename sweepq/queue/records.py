@@ -259,8 +259,9 @@ _DECODE = json.JSONDecoder(object_pairs_hook=_keys_shared).decode
 
 
 def loads(v: Any) -> Any:
-    """A JSON column's text as its value (JSON `null` and SQL NULL: None)."""
-    return None if v is None else _DECODE(v)
+    """A JSON column's text as its value (JSON `null` and SQL NULL: None); a server's driver (psycopg) gives
+    the value already decoded."""
+    return None if v is None else _DECODE(v) if isinstance(v, str) else v
 
 
 def _raw_converter(hint: Any) -> Convert:
@@ -271,7 +272,7 @@ def _raw_converter(hint: Any) -> Convert:
         return None if inner is None else (lambda v: None if v is None else inner(v))
     origin = get_origin(hint)
     if origin in (dict, list):
-        return lambda v: origin() if v is None or (v := _DECODE(v)) is None else v
+        return lambda v: origin() if v is None or (v := loads(v)) is None else v
     if hint is datetime:
         return utc
     if hint is bool:

@@ -22,6 +22,7 @@ from sweepq.queue.opening import damage_reported
 from sweepq.queue.reads import Driver, read_settings
 from sweepq.queue.records import json_safe
 from sweepq.queue.schema import AttemptRow, EventRow
+from sweepq.queue.server_text import ServerText
 from sweepq.spec.types import Settings
 
 Clock = Callable[[], datetime]
@@ -74,7 +75,13 @@ class Transactions:
     def raw(self) -> Iterator[Driver]:
         """The driver's connection in a read transaction, for the reads written in SQL text (queries.py)."""
         with self.read() as s, damage_reported(self.database.path or Path()):
-            yield cast(Driver, s.connection().connection.driver_connection)
+            yield self.driver(s)
+
+    def driver(self, s: Session) -> Driver:
+        """`s`'s connection as the driver's, which runs queries.py's text (on a server: server_text.py)."""
+        conn = s.connection().connection.driver_connection
+        schema = self.database.schema
+        return cast(Driver, conn if schema is None else ServerText(conn, schema))
 
     # -- shared by the verbs --------------------------------------------------
 
@@ -86,7 +93,7 @@ class Transactions:
         s.add(EventRow(cell_id=cell, at=self.clock(), kind=kind, detail=json_safe(detail)))
 
     def settings(self, s: Session) -> Settings:
-        return read_settings(cast(Driver, s.connection().connection.driver_connection), self.root)
+        return read_settings(self.driver(s), self.root)
 
     @staticmethod
     def attempt_row(s: Session, cell: str, number: int) -> AttemptRow | None:

@@ -23,10 +23,10 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import pytest
-from sqlalchemy import ColumnElement, Engine, create_engine, func, update
+from sqlalchemy import ColumnElement, Engine, Table, create_engine, func, update
 from sqlalchemy.pool import NullPool
 
 from sweepq import layout
@@ -51,13 +51,18 @@ def sqlite_file(request: pytest.FixtureRequest, root: Path) -> Database:
     return Database.for_root(root)
 
 
-STORE_BACKENDS: dict[str, StoreFactory] = {"sqlite": sqlite_file}
+def postgresql(request: pytest.FixtureRequest, root: Path) -> Database:
+    """A fresh database on the throwaway server, the sweep's tables in its schema (pg_schema.py)."""
+    return Database(request.getfixturevalue("postgres_url"), sweep="contract")
+
+
+STORE_BACKENDS: dict[str, StoreFactory] = {"sqlite": sqlite_file, "postgresql": postgresql}
 
 
 def reopen(database: Database) -> Database:
     """A new handle on the same database, as another process opens it (no engine yet: it pickles).
     A backend whose `Database` carries more than its URL (a sweep's schema) keeps it here."""
-    return Database(database.url, migrate_lock=database.migrate_lock)
+    return Database(database.url, migrate_lock=database.migrate_lock, sweep=database.sweep)
 
 
 # -- checkpoint storage ---------------------------------------------------------------
@@ -230,7 +235,7 @@ class TableLeases:
         return dict(handoff.env)
 
     def _shift(self, seconds: float, where: ColumnElement[bool] | None = None) -> None:
-        table = LeaseRow.__table__
+        table = cast(Table, LeaseRow.__table__)
         with self.views[0].engine.begin() as conn:
             stmt = update(table).values(
                 expires_at=table.c.expires_at - timedelta(seconds=seconds),
@@ -248,7 +253,7 @@ class TableLeases:
     def take_away(self, live: Liveness, cell: str) -> None:
         # Its holder stopped renewing (a frozen machine) while every other holder renewed: that lease
         # alone reached its expiry.
-        table = LeaseRow.__table__
+        table = cast(Table, LeaseRow.__table__)
         with self.views[0].engine.begin() as conn:
             conn.execute(update(table).where(table.c.cell_id == cell).values(expires_at=func.now()))
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from typing import cast
 
 import pytest
-from sqlalchemy import Engine, create_engine, func, select, text, update
+from sqlalchemy import Engine, Table, create_engine, func, select, text, update
 from sqlalchemy.pool import NullPool
 
 from sweepq.queue.database import upgrade
@@ -34,7 +35,7 @@ def engines(postgres_url: str) -> Iterator[Callable[..., Engine]]:
     made.append(migrate)
 
     def engine(**kw: object) -> Engine:
-        made.append(create_engine(postgres_url, **kw).execution_options(**execution_options(SWEEP)))  # type: ignore[arg-type]
+        made.append(create_engine(postgres_url, **kw).execution_options(**execution_options(SWEEP)))
         return made[-1]
 
     yield engine
@@ -44,7 +45,7 @@ def engines(postgres_url: str) -> Iterator[Callable[..., Engine]]:
 
 def expire_now(engine: Engine, cell: str) -> None:
     """The holder stopped renewing (it could not reach the database): its lease reached its expiry."""
-    table = LeaseRow.__table__
+    table = cast(Table, LeaseRow.__table__)
     with engine.begin() as conn:
         conn.execute(update(table).where(table.c.cell_id == cell).values(expires_at=func.now()))
 
