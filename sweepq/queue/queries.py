@@ -6,7 +6,7 @@ are written once here, at the top: a live cell (`live`), cell order (`cell_order
 CELL_ORDER, which Core's schema.cell_order and the claim index use too), settled and the unsettled
 states (states.UNSETTLED). Parameters are `?` (or `:name` where SQLAlchemy runs the text). The
 spellings only SQLite reads are named where they are defined (`live`'s `IS 0`, `_us`, `INDEXED BY`,
-`MATERIALIZED`): what a second dialect replaces.
+`MATERIALIZED`): what a second dialect replaces (server_text.py does, for PostgreSQL).
 
 The spans: attempts' spans worked out by the database (forecast/spans.py's `span`, in SQL), and kept.
 The forecast needs the span of every attempt of every settled cell: on a sweep of 100,000 cells
@@ -157,11 +157,13 @@ def usages_of(held: str) -> str:
     return f"{USAGES} AND cell_id IN ({held})"
 
 
-# Each cell's newest attempt among those whose usage is not empty (SQLite gives a bare column the values
-# of the row that max() picks). Stored by json.dumps: an empty one is `{}` or `null`.
+# Each cell's newest attempt among those whose usage is not empty (the first of its cell, newest first:
+# a window, which SQLite and PostgreSQL both read). Stored by json.dumps: an empty one is `{}` or `null`
+# (compared as text: a server's JSON type has no equality).
 NEWEST_USAGES = (
-    "SELECT cell_id, usage, max(number) FROM attempts WHERE usage IS NOT NULL AND usage NOT IN ('null', '{}') "
-    "GROUP BY cell_id"
+    "SELECT cell_id, usage, number FROM (SELECT cell_id, usage, number, "
+    "row_number() OVER (PARTITION BY cell_id ORDER BY number DESC) AS newest FROM attempts "
+    "WHERE usage IS NOT NULL AND CAST(usage AS TEXT) NOT IN ('null', '{}')) AS u WHERE newest = 1"
 )
 
 _ATTEMPT_ROWS = f"SELECT {quoted(ATTEMPT_NAMES)} FROM attempts"
@@ -211,14 +213,15 @@ WITH marks AS (
         CASE WHEN receipt THEN s0 + CAST(wall * 1000000.0 + 0.5 AS INTEGER) ELSE {_us("la")} END AS l_us
     FROM (
         SELECT a.id AS id, c.group_number AS g, a.cell_id AS cell, {_us("a.started_at")} AS s0,
-            coalesce(a.start_step, 0) AS k0, a.ended_at IS NOT NULL AS ended, m.fs AS fs, {_us("m.fa")} AS f_us,
+            coalesce(a.start_step, 0) AS k0, CAST(a.ended_at IS NOT NULL AS INTEGER) AS ended, m.fs AS fs,
+            {_us("m.fa")} AS f_us,
             a.reason IS NOT NULL AND a.reason != '{Reason.LOST}' AND a.end_step IS NOT NULL
                 AND a.wall_seconds IS NOT NULL AS receipt,
             a.end_step AS end_step, a.wall_seconds AS wall, m.ls AS ls, m.la AS la
         FROM attempts a INDEXED BY ix_attempts_span JOIN cells c ON c.id = a.cell_id
         LEFT JOIN marks m ON m.cell_id = a.cell_id AND m.attempt = a.number
         WHERE {where}
-    )
+    ) AS t
 ), steady AS (
     SELECT *, fs IS NOT NULL AND l_step > fs AND l_us > f_us AS steady, (f_us - s0) / 1000000.0 AS before
     FROM lasts WHERE l_step > k0
@@ -244,7 +247,7 @@ SELECT c.group_number, a.cell_id, a.span_steps, a.span_micros, a.span_startup, 1
 FROM attempts a INDEXED BY ix_attempts_span JOIN cells c ON c.id = a.cell_id
 WHERE {SETTLED} AND a.span_steps > 0
 UNION ALL
-SELECT g, cell, steps, micros, startup, ended FROM ({spans(f"{SETTLED} AND a.span_steps IS NULL", _NOT_KEPT)})
+SELECT g, cell, steps, micros, startup, ended FROM ({spans(f"{SETTLED} AND a.span_steps IS NULL", _NOT_KEPT)}) AS s
 """
 
 
@@ -293,7 +296,7 @@ FORECAST_ATTEMPTS = (
     "SELECT attempts.cell_id, attempts.number, attempts.started_at, attempts.ended_at, attempts.start_step, "
     "attempts.end_step, attempts.wall_seconds, attempts.reason, "
     "attempts.number > (SELECT cells.budget_base FROM cells WHERE cells.id = attempts.cell_id) AS current "
-    "FROM attempts WHERE{only} 1 ORDER BY attempts.cell_id, attempts.number"
+    "FROM attempts WHERE{only} 1 = 1 ORDER BY attempts.cell_id, attempts.number"
 )
 
 # Per attempt, its first and last checkpoint (steps grow with time within an attempt), and the

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from psycopg.types.string import TextLoader
+
 from sweepq.queue import pg_schema
 
 # (SQLite's spelling, PostgreSQL's), applied in order to every text.
@@ -55,4 +57,8 @@ class ServerText:
         conn.execute(f"SET LOCAL search_path TO {pg_schema.quoted(schema)}")
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
-        return self.conn.execute(spelled(sql), tuple(parameters))
+        cursor = self.conn.cursor()
+        # JSON columns as their text, as SQLite gives them: the reads parse (or pass on) the text themselves.
+        for name in ("json", "jsonb"):
+            cursor.adapters.register_loader(name, TextLoader)
+        return cursor.execute(spelled(sql), tuple(parameters))

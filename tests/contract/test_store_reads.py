@@ -1,0 +1,83 @@
+"""The questions read commands ask (queries.py's text, reads.py), answered alike on every queue database.
+
+status, show, attempts, best and report read through `Reads`, whose SQL is written once in
+SQLite's dialect and run on a server through server_text.py. One sweep's history (a cell run to
+completion with a checkpoint, progress and usage, a cell running) and every question about it,
+with the answers a SQLite file gives, over every entry of STORE_BACKENDS.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from unit.support import SWEEP_YAML, T0, WORKER, FakeClock, sweep_from
+
+from sweepq.queue import reconcile
+from sweepq.queue.database import Database
+from sweepq.queue.records import Outcome
+from sweepq.queue.states import CellState
+from sweepq.queue.store import Store
+
+
+@pytest.fixture
+def store(tmp_path: Path, store_database: Callable[[], Database]) -> Iterator[Store]:
+    clock = FakeClock()
+    s = Store.open(tmp_path / "root", create=True, clock=clock, database=store_database())
+    sweep = sweep_from(SWEEP_YAML, tmp_path)
+    s.apply_reconcile(sweep.settings, str(sweep.path), lambda existing: reconcile.plan(sweep, existing, False))
+    first = s.claim("1.1", WORKER)
+    assert first is not None
+    s.attempt_usage("1.1", 1, {"gpu_util": 0.5})
+    s.progress("1.1", 1, step=10, total_steps=100, metrics={"val_acc": 0.5}, best=0.5, best_step=10)
+    clock.advance(30)
+    s.record_checkpoint("1.1", 50, path="cells/1.1/checkpoints/step-50", metrics={"val_acc": 0.7}, attempt=1)
+    clock.advance(30)
+    s.finish("1.1", 1, Outcome(reason="completed", end_step=100, wall_seconds=60.0))
+    assert s.claim("1.2", WORKER) is not None
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_status_questions_answer_alike(store: Store) -> None:
+    census = store.census(listed=2)
+    assert census.counts == {CellState.DONE: 1, CellState.RUNNING: 1, CellState.QUEUED: 11}
+    assert census.first[CellState.QUEUED] == ["1.3", "1.4"] and census.removed == 0
+    assert store.unsettled() == 12
+    assert store.running() == [("1.2", 1)]
+    assert [c.id for c in store.cells_in([CellState.RUNNING, CellState.DONE])] == ["1.1", "1.2"]
+    assert [c.id for c in store.best_done("max", 5)] == ["1.1"]
+    listed = {row.id: row for row in store.cell_listing()}
+    assert listed["1.1"].state == "done" and json.loads(listed["1.1"].metrics) == {"val_acc": 0.5}
+    assert listed["1.1"].removed is False and json.loads(listed["1.1"].cfg) == store.cell("1.1").cfg
+    assert store.usage_texts() == {"1.1": '{"gpu_util": 0.5}'}  # the text as stored, on every backend
+    assert store.usages(["1.1"]) == {"1.1": {"gpu_util": 0.5}}
+
+
+def test_history_questions_answer_alike(store: Store) -> None:
+    (attempt,) = store.last_attempts(["1.1"])
+    assert (attempt.cell, attempt.number, attempt.reason) == ("1.1", 1, "completed")
+    assert attempt.started_at == T0 and attempt.ended_at == T0 + timedelta(seconds=60)
+    assert [a.cell for a in store.attempts()] == ["1.1", "1.2"]
+    (checkpoint,) = store.checkpoints("1.1")
+    assert (checkpoint.step, checkpoint.metrics, checkpoint.created_at) == (
+        50,
+        {"val_acc": 0.7},
+        T0 + timedelta(seconds=30),
+    )
+    assert list(store.checkpoints_in("committed")) == ["1.1"]
+    assert store.checkpoint_times() == {("1.1", 1, 50): T0 + timedelta(seconds=30)}
+
+
+def test_the_forecast_reads_alike(store: Store) -> None:
+    cells = {c.id: c for c in store.forecast_cells()}
+    (seen,) = cells["1.1"].attempts
+    assert seen.started_at == T0 and seen.first is not None and seen.first.step == 50
+    forecast = store.forecast(2)
+    assert forecast.complete and forecast.began == T0
+    assert forecast.ends_at is not None and forecast.ends_at > T0 + timedelta(seconds=60)
