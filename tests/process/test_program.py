@@ -50,11 +50,7 @@ def program_pid(launch_pid: int, script: str) -> psutil.Process | None:
         except psutil.Error:
             continue
         parent = p.parent()
-        if (
-            parent is not None
-            and any(c.endswith(script) for c in cmd)
-            and "sweepq.attempt" in cmdline(parent)
-        ):
+        if parent is not None and any(c.endswith(script) for c in cmd) and "sweepq.attempt" in cmdline(parent):
             return p
     return None
 
