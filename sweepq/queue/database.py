@@ -54,7 +54,7 @@ from sqlalchemy.pool import NullPool
 from sweepq.atomic import fsync_dir
 from sweepq.errors import UsageError
 from sweepq.layout import RootPaths
-from sweepq.queue import opening, pg_schema
+from sweepq.queue import database_url, opening, pg_schema
 from sweepq.queue.opening import BUSY_TIMEOUT_S as BUSY_TIMEOUT_S
 from sweepq.queue.opening import SCHEMA_HEAD as SCHEMA_HEAD
 from sweepq.queue.opening import SIDECARS as SIDECARS
@@ -97,7 +97,10 @@ class Database:
 
     @classmethod
     def for_root(cls, root: Path, *, readonly: bool = False) -> Database:
-        """The database of a sweep root (where a configured server URL would be read, later)."""
+        """The database of a sweep root: the server its record names (database_url.py), else its SQLite file."""
+        record = database_url.read_record(root)
+        if record is not None:
+            return cls(record.connect_url(os.environ), readonly=readonly, sweep=record.sweep)
         url = URL.create("sqlite", database=str(opening.database_file(root)))
         return cls(url, migrate_lock=RootPaths(root).migrate_lock, readonly=readonly)
 

@@ -12,11 +12,15 @@ Standard library only: read commands decide where their queue is before anything
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote
 
+from sweepq.atomic import atomic_write_json
 from sweepq.errors import UsageError
 
 ENV_DATABASE = "SWEEPQ_DATABASE_URL"
@@ -121,3 +125,55 @@ def choose(
             chosen.dialect  # noqa: B018 (refuses a URL sweepq cannot use, naming where it was written)
             return chosen
     return None
+
+
+# -- the root's record of its server database -------------------------------------------------------
+# A root whose queue is on a server says so in RECORD_NAME, written by the launch that chose it: every
+# process that opens the root (its workers, their attempts, read commands, a relaunch without the
+# option) then finds the same database. The URL is kept as `shown` (placeholders, never a password);
+# a password written literally reaches the launch's own processes through SWEEPQ_DATABASE_URL.
+
+RECORD_NAME = "database.json"
+
+
+@dataclass(frozen=True)
+class Record:
+    url: str  # as shown: `${envvar:NAME}` kept, a literal password as ***
+    sweep: str
+    renew_seconds: float
+    expire_seconds: float
+
+    def connect_url(self, environ: Mapping[str, str]) -> str:
+        """The URL to connect with: SWEEPQ_DATABASE_URL where set (a literal password travels there), else
+        the recorded one, placeholders filled in."""
+        given = environ.get(ENV_DATABASE)
+        if given:
+            return expanded(given, environ, ENV_DATABASE)
+        if f":{REDACTED}@" in self.url:
+            raise UsageError(
+                f"the sweep's database {self.url} needs its password: set {ENV_DATABASE} to its URL on this "
+                "machine, or write the password as ${envvar:NAME} in the sweep file's database:"
+            )
+        return expanded(self.url, environ, "the root's database record")
+
+
+def record_path(root: Path) -> Path:
+    return root / RECORD_NAME
+
+
+def read_record(root: Path) -> Record | None:
+    path = record_path(root)
+    try:
+        data = json.loads(path.read_text())
+        return Record(str(data["url"]), str(data["sweep"]), float(data["renew_seconds"]), float(data["expire_seconds"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{path} cannot be read ({e}): launch the sweep file again to write it") from None
+
+
+def write_record(root: Path, chosen: Chosen, sweep: str, renew_seconds: float, expire_seconds: float) -> Record:
+    record = Record(chosen.shown, sweep, renew_seconds, expire_seconds)
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(record_path(root), dataclasses.asdict(record))
+    return record

@@ -27,6 +27,8 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -62,6 +64,7 @@ class TableLiveness:
         expire_seconds: float,
         *,
         settle_seconds: float | None = None,
+        renew_seconds: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
@@ -74,6 +77,12 @@ class TableLiveness:
         self.connected_at: datetime | None = None
         self.last_ok: float | None = None  # this process's monotonic clock at its last successful statement
         self._inherited: dict[tuple[str, str], _TableOwnership] = {}
+        #: With `renew_seconds`, the leases this process took are renewed from a thread of its own (the
+        #: worker's, which training cannot starve), every `renew_seconds`, until released or lost.
+        self.renew_seconds = renew_seconds
+        self._renewing: dict[int, _TableOwnership] = {}
+        self._renewer: threading.Thread | None = None
+        self._guard = threading.Lock()
 
     # -- one statement each -------------------------------------------------------------------
 
@@ -155,7 +164,34 @@ class TableLiveness:
             return None
         owned = _TableOwnership(self, cell, token, taker=True)
         owned.valid_until = sent + self.expire_seconds
+        if self.renew_seconds is not None:
+            self._renew_from_thread(owned)
         return owned
+
+    def _renew_from_thread(self, owned: _TableOwnership) -> None:
+        with self._guard:
+            self._renewing[id(owned)] = owned
+            if self._renewer is None or not self._renewer.is_alive():
+                self._renewer = threading.Thread(target=self._renew_loop, name="sweepq-lease-renewer", daemon=True)
+                self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        assert self.renew_seconds is not None
+        while True:
+            time.sleep(self.renew_seconds)
+            with self._guard:
+                held = list(self._renewing.values())
+            for owned in held:
+                if not owned.held:
+                    self._stop_renewing(owned)
+                elif not owned.renew():
+                    self._stop_renewing(owned)
+                    why = owned.lost() or "its lease could not be renewed"
+                    print(f"sweepq: cell {owned.cell} is no longer this worker's: {why}", file=sys.stderr)
+
+    def _stop_renewing(self, owned: _TableOwnership) -> None:
+        with self._guard:
+            self._renewing.pop(id(owned), None)
 
     def inherit(self, cell: str, environ: Mapping[str, str] | None = None) -> Ownership | None:
         token = (os.environ if environ is None else environ).get(ENV_LEASE)
@@ -233,6 +269,7 @@ class _TableOwnership:
 
     def release(self) -> None:
         token, self._token = self._token, None
+        self._liveness._stop_renewing(self)
         if token is not None and self._taker:
             try:
                 self._liveness._drop(self.cell, token)

@@ -110,8 +110,17 @@ class Liveness(Protocol):
 
 
 def for_root(root: Path) -> Liveness:
-    """The liveness of a sweep root: the one place that picks the mechanism."""
-    return FileLockLiveness(root)
+    """The liveness of a sweep root: the one place that picks the mechanism. A root whose queue is on a
+    server (its database record) proves life by leases in that database (leases.py), file locks else."""
+    from sweepq.queue.database_url import read_record
+
+    record = read_record(root)
+    if record is None:
+        return FileLockLiveness(root)
+    from sweepq.queue.database import Database
+    from sweepq.queue.leases import TableLiveness
+
+    return TableLiveness(Database.for_root(root).engine, record.expire_seconds, renew_seconds=record.renew_seconds)
 
 
 # -- the file lock -----------------------------------------------------------------------

@@ -121,3 +121,21 @@ def test_a_holder_that_cannot_renew_stops_writing_at_its_expiry_and_says_why(
         with admin.connect() as conn:
             conn.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true'))
         admin.dispose()
+
+
+def test_a_taker_renews_its_leases_from_a_thread_until_it_releases_them(
+    engines: Callable[..., Engine], capfd: pytest.CaptureFixture[str]
+) -> None:
+    worker = TableLiveness(engines(), TERM, renew_seconds=TERM / 5)
+    kept, taken_away = worker.take("1.1"), worker.take("1.2")
+    assert kept is not None and taken_away is not None
+    reaper = TableLiveness(engines(), TERM, settle_seconds=0.0)
+    expire_now(engines(), "1.2")  # its holder froze: the thread's next renewal finds it gone
+    started = server_now(engines())
+    while server_now(engines()) < started + timedelta(seconds=3 * TERM):  # three terms: renewed all along
+        assert kept.lost() is None and reaper.owner_alive("1.1")
+        time.sleep(TERM / 10)
+    assert taken_away.lost() is not None and not reaper.owner_alive("1.2")
+    assert "cell 1.2 is no longer this worker's" in capfd.readouterr().err
+    kept.release()
+    assert not reaper.owner_alive("1.1") and reaper.take("1.1") is not None
