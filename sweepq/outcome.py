@@ -244,7 +244,18 @@ def _stopped(e: Evidence) -> Outcome:
 
 def _failed(e: Evidence) -> Outcome:
     after = " after calling run.finish()" if _reported(e) is Reason.COMPLETED else ""
-    return Outcome(Reason.ERROR, note=f"the program {e.status}{after}", error_tail=_said(e).error_tail)
+    cause = _SIGNAL_CAUSES.get(e.signal, "") if e.signal is not None else ""
+    return Outcome(Reason.ERROR, note=f"the program {e.status}{after}{cause}", error_tail=_said(e).error_tail)
+
+
+# The likely cause of a death by a signal whose name alone tells a user nothing.
+_SIGNAL_CAUSES = {
+    signal.SIGBUS: (
+        " (SIGBUS: most often a memory-mapped file it was reading, a checkpoint, a .safetensors file or a "
+        "dataset, was truncated or replaced under it: is another cell or process writing the same files, "
+        "e.g. one output_dir shared by every cell?)"
+    ),
+}
 
 
 def _sigkill(e: Evidence) -> bool:

@@ -153,6 +153,8 @@ def rows() -> list[Row]:
         Row("exit 1 after finish()", Evidence(P, exit_code=1, report=Report(reason="completed")), "error",
             "after calling run.finish()"),
         Row("SIGSEGV", Evidence(P, exit_code=-11), "error", "killed by SIGSEGV", {"exit_signal": 11}),
+        Row("SIGBUS names its likely cause", Evidence(P, exit_code=-signal.SIGBUS), "error",
+            "killed by SIGBUS (SIGBUS: most often a memory-mapped file", {"exit_signal": signal.SIGBUS}),
         # -- the attempt process, seen by its worker
         Row("own account", Evidence(W, exit_code=75, account={"reason": "preempted", "note": "n", "end_step": 8}),
             "preempted", None, {"note": "n", "end_step": 8, "exit_code": 75}),
