@@ -110,9 +110,15 @@ def sqlite_reading(spec: str | None, root: str | None) -> Iterator[Reader]:
     """`reading`'s root through the standard library's sqlite3 alone (queue/opening.py): what `status`,
     `show`, `attempts`, `logs`, `best` and `report` read, without importing SQLAlchemy."""
     from sweepq.cli.roots import resolve_root
+    from sweepq.queue.database_url import read_record
     from sweepq.queue.opening import Reader
 
-    reader = Reader.open(resolve_root(spec, root))
+    where = resolve_root(spec, root)
+    if read_record(where) is not None:  # the queue is on a server: read through the Store
+        with reading(spec, root) as store:
+            yield store  # type: ignore[misc]
+        return
+    reader = Reader.open(where)
     try:
         yield reader
     finally:

@@ -32,7 +32,7 @@ from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
 from sweepq.host.diskfull import EXIT_DISK_FULL, workers_stopped
 from sweepq.layout import RootPaths
-from sweepq.queue import reconcile
+from sweepq.queue import database_url, reconcile
 from sweepq.queue.database import Database
 from sweepq.queue.reaper import reap, reconcile_markers
 from sweepq.queue.records import Outcome
@@ -68,6 +68,21 @@ def check_writable(root: Path) -> None:
     Database.for_root(root).check_writable()
 
 
+def record_database(sweep: Sweep, root: Path, spec: str) -> None:
+    """Where the sweep's queue is, when not the root's SQLite file: --database (which the command line put
+    in SWEEPQ_DATABASE_URL), the environment, or the sweep file's `database:`, recorded in the root for
+    every process that opens it (database_url.py). A root recorded earlier keeps its record."""
+    chosen = database_url.choose(None, os.environ, sweep.database, spec)
+    if chosen is None:
+        return
+    if chosen.dialect != "postgresql":
+        raise UsageError(
+            f"{chosen.source}: a SQLite queue is the file sweepq.db in the sweep's root: leave the database "
+            "out (and give --root to put it elsewhere), or name a PostgreSQL server"
+        )
+    database_url.write_record(root, chosen, sweep.settings.name, sweep.lease.renew_seconds, sweep.lease.expire_seconds)
+
+
 @dataclass
 class Prepared:
     sweep: Sweep
@@ -80,6 +95,7 @@ def prepare(spec: str, root: str | None, accept_changed: reconcile.Accept) -> Pr
     """Everything that can fail on bad input, before anything is written."""
     sweep = load_sweep(spec)
     target = preflight(sweep, spec, root, check_entry=True).root  # as plan does, and the train: function
+    record_database(sweep, target, spec)
     check_writable(target)
     database = Database.for_root(target)
     if not database.exists():
@@ -310,6 +326,9 @@ class Launcher:
         self._look_after_workers()
         return any(p.poll() is None for p in self.procs) or bool(self.pending)
 
+    def live_workers(self) -> int:
+        return sum(1 for p in self.procs if p.poll() is None)
+
     def _view(self, store: Store, metric: Any) -> Any:
         """The header (elapsed since this launch started) above the status table."""
         note = ""
@@ -319,7 +338,7 @@ class Launcher:
         told = failures.failure_notes(cells, lambda reason: store.attempts(reason=reason), self._where)
         notes = told | store.fault_notes()
         usages = usage_text.latest_by_cell(store.attempts())
-        workers = sum(1 for p in self.procs if p.poll() is None)
+        workers = self.live_workers()
         fc = store.forecast(workers)
         etas, rates = header.per_cell(fc, cells)
         table = render.status_table(
@@ -399,13 +418,21 @@ def launch(
     terminal: Terminal,
     live: bool,
     ready_fd: int | None = None,
+    on: str = "local",
 ) -> int:
     """Run the sweep; `ready_fd` (of `launch --detach`) hears "ready" once the workers started."""
     terminal.keep_on_hangup()  # first: a hangup while preparing must not stop the launch either
     prepared = prepare(spec, root, accept_changed)  # raises UsageError: nothing written
     terminal.log = RootPaths(prepared.root).launch_log
     with launch_lock.held(prepared.root, str(Path(spec).resolve()), _grace_seconds(), workers):  # UsageError: one lives
-        launcher = Launcher(prepared.root, workers, gpus, terminal.console(), live, terminal)
+        if on == "slurm":  # the workers are a Slurm job array (cli/slurm_launch.py)
+            from sweepq.cli.slurm_launch import SlurmLauncher
+
+            launcher: Launcher = SlurmLauncher(
+                prepared.root, workers, prepared.sweep.slurm, terminal.console(), live, terminal
+            )
+        else:
+            launcher = Launcher(prepared.root, workers, gpus, terminal.console(), live, terminal)
         store = apply(prepared, launcher)
         try:
             return _run(store, prepared, launcher, ready_fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -89,6 +90,20 @@ def _print_json(sweep: Sweep, commands: dict[str, list[str]]) -> None:
     "--detach", is_flag=True, help="Run in the background, safe from the terminal closing; output to ROOT/launch.log."
 )
 @click.option("--ready-fd", type=int, default=None, hidden=True, help="Write 'ready' here once the workers started.")
+@click.option(
+    "--on",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="Where the workers run: local processes, or a Slurm job array (options in the sweep file's slurm:).",
+)
+@click.option(
+    "--database",
+    default=None,
+    metavar="URL",
+    help="The queue's database (a SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db); before "
+    "SWEEPQ_DATABASE_URL and the sweep file's database:.",
+)
 @friendly
 def launch_cmd(
     spec: str,
@@ -100,8 +115,15 @@ def launch_cmd(
     no_live: bool,
     detach: bool,
     ready_fd: int | None,
+    on: str,
+    database: str | None,
 ) -> None:
     """Run the sweep in SPEC until every cell is done, failed or cancelled (safe to repeat)."""
+    if database is not None:
+        from sweepq.queue.database_url import ENV_DATABASE, dialect
+
+        dialect(database, "--database")  # refused as written, before anything else
+        os.environ[ENV_DATABASE] = database  # the command line first; the launch's processes inherit it
     gpu_list = [g.strip() for g in gpus.split(",") if g.strip()] if gpus else []
     if gpus is not None and not all(g.isdigit() for g in gpu_list):
         raise UsageError(f"--gpus takes GPU indices like 0,1; got {gpus!r}")
@@ -110,13 +132,15 @@ def launch_cmd(
     if detach:
         from sweepq.cli.background import launch_detached
 
-        sys.exit(launch_detached(spec, root, workers, gpu_list, accept))
+        sys.exit(launch_detached(spec, root, workers, gpu_list, accept, on))
     from sweepq.cli.launch import launch
     from sweepq.cli.terminal import Terminal
 
     terminal = Terminal()
     live = terminal.console().is_terminal and not no_live
-    sys.exit(launch(spec, root, workers, gpu_list, accept, terminal, live, ready_fd))
+    if on == "slurm" and gpu_list:
+        raise UsageError("--gpus chooses local GPUs; on Slurm write slurm: {gpus_per_task: N} in the sweep file")
+    sys.exit(launch(spec, root, workers, gpu_list, accept, terminal, live, ready_fd, on))
 
 
 @main.command()
