@@ -45,6 +45,7 @@ from sweepq.host.procs import pidfd
 from sweepq.host.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.outcome import EXIT_PREEMPTED, FAILURES, decide
+from sweepq.program import ranks
 from sweepq.program.launch import ENV, note_started, prepare, program_env, shell_join
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
@@ -94,16 +95,32 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
     print(f"sweepq: cell {spec.cell} attempt {spec.attempt}: {shell_join(launch.argv)}", flush=True)
     sys.stderr.flush()
     before = OomCounters.read()
+    world = settings.processes_of(spec.cell)
     try:
-        proc = subprocess.Popen(
-            launch.popen_argv(), cwd=launch.cwd, env=launch.env, pass_fds=launch.fds, stdin=subprocess.DEVNULL
-        )
+        if world > 1:  # `processes: N`: N ranks with torchrun's environment (ranks.py)
+            procs = ranks.start(launch, world, f"sweepq-{spec.cell}-{spec.attempt}")
+        else:
+            procs = [
+                subprocess.Popen(
+                    launch.popen_argv(), cwd=launch.cwd, env=launch.env, pass_fds=launch.fds, stdin=subprocess.DEVNULL
+                )
+            ]
     except OSError as e:
         argv0 = launch.argv[0]
         return _not_started(f"could not start {argv0!r}", f"{argv0}: {e}"), None
     note_started(spec, settings, paths)  # a later attempt of the cell resumes its work (resume_args:)
-    status, rusage, forwarded, killed = _supervise(proc)
-    peak = int(rusage.ru_maxrss) * 1024
+    ended: ranks.Ended | None = None
+    if world > 1:
+        ended = ranks.supervise(procs, grace_seconds())
+        status, peak, forwarded, killed = (
+            ended.status,
+            ended.peak_memory_bytes,
+            ended.forwarded,
+            ended.killed_after_grace,
+        )
+    else:
+        status, rusage, forwarded, killed = _supervise(procs[0])
+        peak = int(rusage.ru_maxrss) * 1024
     bad: str | None = None
     try:
         report = read_outcome(paths.outcome(spec.attempt))
@@ -120,6 +137,11 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
         reported_only=settings.done_when == "reported",
     )
     outcome.peak_memory_bytes = peak
+    if ended is not None:
+        outcome.ranks = [end.to_json() for end in ended.ranks]
+        note = ended.note()
+        if note is not None:
+            outcome.note = f"{outcome.note}; {note}" if outcome.note else note
     logkeeper.sync()  # all the program printed is in its logs before their tail is read
     if outcome.reason in FAILURES | {Reason.LOST, Reason.LOG_FLOOD} and not outcome.error_tail:
         outcome.error_tail = tail_file(paths.stderr(spec.attempt))

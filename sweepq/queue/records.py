@@ -210,6 +210,8 @@ class Outcome:
     start_checkpoint_sha: str | None = None
     usage: dict[str, Any] | None = None  # what the worker sampled (worker/usage.py)
     started_by: str | None = None  # "interpreter" or "template" (a fork of the worker's, worker/template.py)
+    #: A cell of several processes (`processes: N`): each rank's pid, how it ended and when (program/ranks.py).
+    ranks: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

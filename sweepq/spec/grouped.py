@@ -33,7 +33,7 @@ from typing import Any
 
 from sweepq.errors import SpecError
 from sweepq.spec.expand import Grid, Slot, expand
-from sweepq.spec.grouped_settings import grouped_settings, read_resume_args
+from sweepq.spec.grouped_settings import grouped_settings, read_processes, read_resume_args
 from sweepq.spec.limits import count_values, expansion_problem
 from sweepq.spec.read import (
     GROUP_NAME,
@@ -79,8 +79,9 @@ GROUPED_KEYS = (
     "inputs",
     "database",
     "lease",
+    "processes",
 )
-GROUP_KEYS = ("name", "description", "params", "grid", "resume_args")
+GROUP_KEYS = ("name", "description", "params", "grid", "resume_args", "processes")
 _GROUP_NAME_RULE = (
     "Use a name like q2 or adamw: letters, digits, '_' and '-', starting with a letter or '_' "
     "(so it can't be mistaken for a cell id or a pattern)"
@@ -106,6 +107,7 @@ class _Group:
     params: dict[Path_, _Leaf]
     axes: list[_Axis]
     resume_args: list[str] = dataclasses.field(default_factory=list)
+    processes: int | None = None  # `processes:` of the group; None: the sweep's
 
     @property
     def size(self) -> int:
@@ -167,6 +169,9 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
                 "Remove it, or use `program:` instead of `train:`",
             )
         settings = dataclasses.replace(settings, group_resume_args=group_resume_args)
+    group_processes = {str(g.spec.number): g.processes for g in groups if g.processes is not None}
+    if group_processes:
+        settings = dataclasses.replace(settings, group_processes=group_processes)
     _check_cell_count(ctx, groups, max_cells)
     _check_values(ctx, groups, sweep_params)
     grids = [group.grid(sweep_params) for group in groups]
@@ -390,7 +395,9 @@ def _read_group(
     _check_grid_against_params(ctx, axes, params, same_is_error=True)
     _check_grid_against_params(ctx, axes, sweep_params, same_is_error=False)
     resume_args = read_resume_args(ctx, item.get("resume_args"), f"{where}.resume_args")
-    return _Group(GroupSpec(number, name, optional_str(ctx, item, "description", where)), params, axes, resume_args)
+    processes = read_processes(ctx, item["processes"], f"{where}.processes") if "processes" in item else None
+    spec = GroupSpec(number, name, optional_str(ctx, item, "description", where))
+    return _Group(spec, params, axes, resume_args, processes)
 
 
 def _read_group_name(ctx: SpecContext, item: dict, where: str, names: dict[str, int]) -> str:

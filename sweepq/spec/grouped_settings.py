@@ -20,6 +20,7 @@ from sweepq.spec.read import (
     check_keys,
     check_no_nul,
     describe,
+    is_int,
     optional_str,
     read_command,
     read_goal,
@@ -102,7 +103,22 @@ def grouped_settings(ctx: SpecContext, data: dict, name: str) -> Settings:
         start=cast(Start, _read_choice(ctx, data, "start", STARTS)),
         resume_args=read_resume_args(ctx, data.get("resume_args"), "resume_args"),
         inputs=inputs,
+        processes=read_processes(ctx, data.get("processes"), "processes"),
     )
+
+
+def read_processes(ctx: SpecContext, value: Any, where: str) -> int:
+    """`processes:` (of the sweep, or of a group at `where`): ranks per attempt, a positive whole number."""
+    if value is None:
+        return 1
+    if not is_int(value) or value < 1:
+        raise ctx.error(
+            where,
+            f"expected a positive whole number of ranks per attempt, got {describe(value)}",
+            "Write e.g. processes: 2 (each attempt then runs 2 ranks with torchrun's environment), or leave it out "
+            "for one process",
+        )
+    return int(value)
 
 
 def read_resume_args(ctx: SpecContext, value: Any, where: str) -> list[str]:

@@ -127,10 +127,18 @@ class Settings:
     #: `inputs:`: files and folders of the sweep file's folder (as written, relative) that a program
     #: opens by a fixed relative name, linked into its working folder under `workdir: output`.
     inputs: list[str] = field(default_factory=list)
+    #: `processes:`: how many ranks each attempt of a cell runs on its machine, with torchrun's
+    #: environment (program/ranks.py); a group's number replaces it for that group's cells (keyed as above).
+    processes: int = 1
+    group_processes: dict[str, int] = field(default_factory=dict)
 
     def resume_args_of(self, cell: str) -> list[str]:
         """The resume arguments of `cell` ("G.I"): its group's, else the sweep's."""
         return self.group_resume_args.get(cell.split(".", 1)[0], self.resume_args)
+
+    def processes_of(self, cell: str) -> int:
+        """How many ranks an attempt of `cell` ("G.I") runs: its group's `processes:`, else the sweep's."""
+        return self.group_processes.get(cell.split(".", 1)[0], self.processes)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
