@@ -249,8 +249,8 @@ def _failed(e: Evidence) -> Outcome:
 
 
 # The likely cause of a death by a signal whose name alone tells a user nothing.
-_SIGNAL_CAUSES = {
-    signal.SIGBUS: (
+_SIGNAL_CAUSES: dict[int, str] = {
+    int(signal.SIGBUS): (
         " (SIGBUS: most often a memory-mapped file it was reading, a checkpoint, a .safetensors file or a "
         "dataset, was truncated or replaced under it: is another cell or process writing the same files, "
         "e.g. one output_dir shared by every cell?)"
