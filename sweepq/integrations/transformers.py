@@ -45,6 +45,7 @@ class SweepqCallback(TrainerCallback):
         self._latest: dict[str, float] = {}  # the last value of each number the Trainer logged
         self._finished = False
         self._save_at_epoch_end = False  # a checkpoint due at an epoch's last step (on_epoch_end)
+        self._start_step = 0  # the step this attempt's train() started from
 
     @property
     def resume_from(self) -> str | None:
@@ -61,6 +62,7 @@ class SweepqCallback(TrainerCallback):
         if self.run is None:
             return
         self.run.set_total(state.max_steps, epochs=state.num_train_epochs)
+        self._start_step = state.global_step
         self._check_settings(args, state)
         if args.should_save:
             _remove_abandoned(_output_dir(args), state.global_step)
@@ -98,6 +100,8 @@ class SweepqCallback(TrainerCallback):
         if self.run is None or not logs:
             return
         numbers = {k: float(v) for k, v in logs.items() if _is_number(v) and k != "epoch"}
+        if "train_loss" in numbers and self._start_step > 0:
+            numbers = _whole_run_summary(numbers, state, self._start_step)
         self._latest.update(numbers)
         epoch = {} if state.epoch is None else {"epoch": state.epoch}
         self.run.log(state.global_step, **numbers, **epoch)
@@ -157,6 +161,48 @@ class SweepqCallback(TrainerCallback):
                 "save_only_model=True: the checkpoints hold no optimizer, scheduler or RNG state, so a resumed "
                 "attempt does not continue the same training"
             )
+
+
+_PER_CALL = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
+
+
+def _whole_run_summary(numbers: dict[str, float], state: TrainerState, start: int) -> dict[str, float]:
+    """The summary `train()` logs at its end, made to cover the whole run of a resumed cell.
+
+    The Trainer's `train_loss` is the mean loss of the steps of this call
+    only (start..global_step), and its `train_runtime`/`*_per_second` time
+    this call only. `train_loss` is recomputed as the uninterrupted run
+    reports it, the step-weighted mean over every step: the losses logged
+    up to `start` come from `state.log_history`, restored from the
+    checkpoint this attempt resumed (each logged `loss` is the mean over the
+    steps since the previous log). When those logs do not cover every step
+    up to `start` (a checkpoint saved between two logging steps), the mean
+    cannot be recomputed, and the per-call value is kept under
+    `attempt_train_loss` rather than passed off as the run's. The timings
+    have no whole-run counterpart here: they are kept as `attempt_*`.
+    """
+    out = dict(numbers)
+    for key in _PER_CALL:
+        if key in out:
+            out[f"attempt_{key}"] = out.pop(key)
+    end = state.global_step
+    earlier = sorted(
+        (int(e["step"]), float(e["loss"])) for e in state.log_history if "loss" in e and int(e.get("step", 0)) <= start
+    )
+    total, covered = 0.0, 0
+    for step, loss in earlier:
+        total += loss * (step - covered)
+        covered = step
+    this_call = out.pop("train_loss")
+    if covered == start and end > 0:
+        out["train_loss"] = (total + this_call * (end - start)) / end
+    else:
+        out["attempt_train_loss"] = this_call
+        _say(
+            f"train_loss covers steps {start}..{end} only (the logs restored cover steps up to {covered}, "
+            f"not {start}): DONE.json keeps it as attempt_train_loss"
+        )
+    return out
 
 
 def _remove_abandoned(output_dir: Path, step: int) -> None:
