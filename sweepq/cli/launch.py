@@ -32,6 +32,7 @@ from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
 from sweepq.host.diskfull import EXIT_DISK_FULL, workers_stopped
 from sweepq.layout import RootPaths
+from sweepq.program.ranks import gpu_sets
 from sweepq.queue import database_url, reconcile
 from sweepq.queue.database import Database
 from sweepq.queue.reaper import reap, reconcile_markers
@@ -424,6 +425,10 @@ def launch(
     terminal.keep_on_hangup()  # first: a hangup while preparing must not stop the launch either
     prepared = prepare(spec, root, accept_changed)  # raises UsageError: nothing written
     terminal.log = RootPaths(prepared.root).launch_log
+    try:  # `processes: N`: each worker takes a GPU per rank
+        gpus = gpu_sets(gpus, workers, prepared.sweep.settings.most_processes())
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     with launch_lock.held(prepared.root, str(Path(spec).resolve()), _grace_seconds(), workers):  # UsageError: one lives
         if on == "slurm":  # the workers are a Slurm job array (cli/slurm_launch.py)
             from sweepq.cli.slurm_launch import SlurmLauncher

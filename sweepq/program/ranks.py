@@ -90,6 +90,24 @@ def start(launch: Launch, world: int, run_id: str) -> list[subprocess.Popen[byte
     return procs
 
 
+def gpu_sets(gpus: list[str], workers: int, processes: int) -> list[str]:
+    """Each worker's CUDA_VISIBLE_DEVICES when its cells run `processes` ranks: a GPU per rank.
+
+    `--gpus 0,1,2,3 --workers 2` with `processes: 2` gives "0,1" and "2,3"; with one process per
+    attempt, each worker one GPU in turn, as before. ValueError (said to the user) when there are
+    fewer GPUs than the workers' ranks.
+    """
+    if processes <= 1 or not gpus:
+        return gpus
+    if len(gpus) < workers * processes:
+        raise ValueError(
+            f"--gpus gives {len(gpus)} GPU(s), but {workers} worker(s) running cells of processes: {processes} "
+            f"need {workers * processes} (one per rank). Give more GPUs or start fewer workers (--workers "
+            f"{max(1, len(gpus) // processes)})"
+        )
+    return [",".join(gpus[i * processes : (i + 1) * processes]) for i in range(workers)]
+
+
 @dataclass
 class RankEnd:
     rank: int

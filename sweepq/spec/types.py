@@ -136,6 +136,10 @@ class Settings:
         """The resume arguments of `cell` ("G.I"): its group's, else the sweep's."""
         return self.group_resume_args.get(cell.split(".", 1)[0], self.resume_args)
 
+    def most_processes(self) -> int:
+        """The most ranks any cell's attempt runs: how many GPUs a worker takes."""
+        return max([self.processes, *self.group_processes.values()])
+
     def processes_of(self, cell: str) -> int:
         """How many ranks an attempt of `cell` ("G.I") runs: its group's `processes:`, else the sweep's."""
         return self.group_processes.get(cell.split(".", 1)[0], self.processes)
