@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 #: The signals that mean "stop now, resume later" (a scheduler's preemption, Ctrl-C, a hang-up).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
 
 class Witness(StrEnum):

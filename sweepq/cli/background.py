@@ -27,7 +27,9 @@ from sweepq.layout import RootPaths
 from sweepq.results import spelling
 
 
-def launch_detached(spec: str, root: str | None, workers: int, gpus: list[str], accept_changed: bool | str) -> int:
+def launch_detached(
+    spec: str, root: str | None, workers: int, gpus: list[str], accept_changed: bool | str, on: str = "local"
+) -> int:
     prepared = prepare(spec, root, accept_changed)  # raises UsageError: nothing written, nothing started
     live = launch_lock.holder(prepared.root)
     if live is not None:
@@ -36,6 +38,7 @@ def launch_detached(spec: str, root: str | None, workers: int, gpus: list[str], 
     argv = [sys.executable, "-m", "sweepq.cli", "launch", str(Path(spec).resolve()), "--root", str(prepared.root)]
     argv += ["--workers", str(workers), "--no-live"]
     argv += ["--gpus", ",".join(gpus)] if gpus else []
+    argv += ["--on", on] if on != "local" else []
     argv += ["--rerun-changed"] if accept_changed == "rerun" else ["--accept-changed"] if accept_changed else []
     log = RootPaths(prepared.root).launch_log
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,7 @@ from sweepq.spec.read import (
     value_identity,
 )
 from sweepq.spec.server import read_database, read_lease
+from sweepq.spec.slurm import read_slurm
 from sweepq.spec.types import DEFAULT_MAX_CELLS, GroupSpec, Sweep
 
 GROUPED_KEYS = (
@@ -80,6 +81,7 @@ GROUPED_KEYS = (
     "database",
     "lease",
     "processes",
+    "slurm",
 )
 GROUP_KEYS = ("name", "description", "params", "grid", "resume_args", "processes")
 _GROUP_NAME_RULE = (
@@ -196,6 +198,7 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
         notes=ctx.warnings,
         database=read_database(ctx, data),
         lease=read_lease(ctx, data.get("lease")),
+        slurm=read_slurm(ctx, data.get("slurm")),
     )
 
 

@@ -211,6 +211,7 @@ class Sweep:
     #: `database:` as written (a SQLAlchemy URL, `${envvar:NAME}` unexpanded); None: the root's SQLite file.
     database: str | None = None
     lease: LeaseTerms = field(default_factory=LeaseTerms)
+    slurm: Any = None  # `slurm:` (spec/slurm.py SlurmOptions): sbatch options for `launch --on slurm`
 
     @property
     def cells(self) -> list[CellSpec]:

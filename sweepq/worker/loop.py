@@ -47,8 +47,18 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # not SIGHUP: a terminal going a
 
 
 class Worker:
-    def __init__(self, root: Path, name: str | None = None, poll: float = POLL_S, gate: int | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str | None = None,
+        poll: float = POLL_S,
+        gate: int | None = None,
+        extra_signals: tuple[int, ...] = (),
+    ) -> None:
         self.root = root
+        # a scheduler's warnings (Slurm's SIGUSR1/SIGUSR2, sweepq/slurm/job.py): a stop like SIGTERM
+        self.signals = STOP_SIGNALS + tuple(extra_signals)
+        self.first_signal: int | None = None  # the stop's signal: a scheduler's job requeues or ends by it
         self.gate = gate  # a launch's pipe: claim once it says go; the launch checks the markers meanwhile
         host = socket.gethostname()
         self.info = WorkerInfo(worker=name or f"{host}:{os.getpid()}", host=host, pid=os.getpid())
@@ -64,7 +74,7 @@ class Worker:
     # -- the loop ------------------------------------------------------------------
 
     def run(self) -> int:
-        for sig in STOP_SIGNALS:
+        for sig in self.signals:
             signal.signal(sig, self._on_signal)
         # A hangup never stops a worker (a standalone one's terminal closing must not stop training):
         # one that is ignored (`nohup`) stays so, any other is ignored from here on.
@@ -112,6 +122,8 @@ class Worker:
         # Only flags and a forwarded signal here: the loop does the rest.
         if self.stopping and signum == signal.SIGINT:
             self.hard_stop = True
+        if self.first_signal is None:
+            self.first_signal = signum
         self.stopping = True
         if self.child is not None and self.child.returncode is None:
             try:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from services.postgres import PostgresServer, PostgresUnavailable
+from services.slurm import SlurmCluster, SlurmUnavailable
 
 
 def in_ci() -> bool:
@@ -39,3 +40,19 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_url(postgres_server: PostgresServer) -> str:
     """A new database of its own on the session's server (a SQLAlchemy URL)."""
     return postgres_server.create_database()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """One throwaway single-node Slurm per test process (tests/services/slurm.py); SLURM_CONF names it."""
+    cluster = SlurmCluster()
+    try:
+        cluster.start()
+    except SlurmUnavailable as e:
+        if in_ci():
+            pytest.fail(f"CI needs a Slurm cluster for these tests and none started: {e}", pytrace=False)
+        pytest.skip(f"no Slurm cluster: {e}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
