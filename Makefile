@@ -14,7 +14,7 @@ WANDB_VENV := .venv-wandb
 WANDB_STAMP := $(WANDB_VENV)/.installed
 WANDB_PINS := tests/wandb_engine/requirements.txt
 
-.PHONY: run run-over test test-fast check bench docs wheel-test clean wandb-engine
+.PHONY: run run-over test test-fast check bench docs wheel-test clean wandb-engine gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -90,6 +90,7 @@ bench: $(STAMP)
 	@$(BIN)/python bench/scale.py $(BENCH_ARGS)
 	@$(BIN)/python bench/cell_start.py $(BENCH_ARGS)
 bench-eta: $(STAMP) ; @$(BIN)/python bench/eta.py  # the sweep's ETA against its real end (minutes: a whole sweep)
+gpu-check: $(STAMP) ; @$(BIN)/python bench/gpu_check.py  # the CUDA paths where a GPU exists (JSON; CPU paths elsewhere)
 
 clean:
 	rm -rf $(VENV) $(WANDB_VENV) build dist *.egg-info runs site
