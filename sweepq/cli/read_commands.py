@@ -138,7 +138,10 @@ def status_view(store: Queue, all_rows: bool, all_params: bool, listing: Listing
         footer=footer,
         **_told(store, cells),
     )
-    return Group(head, table)
+    from sweepq.slurm.submit import describe_jobs
+
+    jobs = describe_jobs(store.root)  # the workers of a `launch --on slurm`: each job and its state
+    return Group(head, table, jobs) if jobs else Group(head, table)
 
 
 def attention(store: Queue, listing: Listing = LISTING) -> tuple[list[CellRecord], str]:

@@ -148,8 +148,14 @@ def launch_cmd(
 @click.option("--name", default=None, help="This worker's name in receipts (default host:pid).")
 @click.option("--parent-pid", type=int, default=None, hidden=True, help="Stop gracefully when this process dies.")
 @click.option("--gate-fd", type=int, default=None, hidden=True, help="Claim once the launch says go on this pipe.")
+@click.option(
+    "--scheduled",
+    is_flag=True,
+    help="Run by a scheduler: SIGUSR1/SIGUSR2 stop it like SIGTERM, and it exits 0 when done (or stopped by "
+    "SIGINT), 75 when a signal stopped it while cells remain (start it again), 1 when it failed (docs/scale.md).",
+)
 @friendly
-def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | None) -> None:
+def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | None, scheduled: bool) -> None:
     """Run one worker on an existing sweep root (for other machines and schedulers)."""
     from sweepq.cli.roots import resolve_root
     from sweepq.host.procs import die_with_parent
@@ -161,4 +167,8 @@ def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | N
     path = resolve_root(None, root)
     if not Database.for_root(path).exists():
         raise UsageError(f"{path} is not a sweep root: launch the sweep once with `sweepq launch SPEC --root {root}`")
+    if scheduled:
+        from sweepq.slurm.job import run_worker
+
+        sys.exit(run_worker(path, name=name, requeue=False))  # the scheduler acts on the exit code
     sys.exit(Worker(path, name=name, gate=gate_fd).run())

@@ -30,18 +30,19 @@ def job_id() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
-def worker_name() -> str:
-    """The worker's name in receipts and `status`: the job it runs in."""
+def worker_name() -> str | None:
+    """The worker's name in receipts and `status`: the Slurm job it runs in (None outside Slurm)."""
     job = job_id()
-    return f"slurm:{job}" if job else f"slurm:{os.getpid()}"
+    return f"slurm:{job}" if job else None
 
 
-def run_worker(root: Path, requeue: bool = True) -> int:
-    """Run a worker on `root` until it ends; the exit code of sweepq/slurm/exits.py."""
+def run_worker(root: Path, name: str | None = None, requeue: bool = True) -> int:
+    """Run a worker on `root` until it ends; the exit code of sweepq/slurm/exits.py. `requeue`: in a
+    Slurm job, requeue it (`scontrol requeue`) before answering EXIT_REQUEUE."""
     from sweepq.queue.store import Store
     from sweepq.worker.loop import Worker
 
-    worker = Worker(root, name=worker_name(), extra_signals=(signal.SIGUSR1, signal.SIGUSR2))
+    worker = Worker(root, name=name or worker_name(), extra_signals=(signal.SIGUSR1, signal.SIGUSR2))
     code = worker.run()
     if code == 0:
         return EXIT_DONE
@@ -57,7 +58,7 @@ def run_worker(root: Path, requeue: bool = True) -> int:
     if not left:
         return EXIT_DONE
     job = job_id()
-    if requeue and job:
+    if requeue and job and os.environ.get("SLURM_JOB_ID"):
         # Requeue this task only, named ARRAY_TASK: one task's SLURM_JOB_ID is the array's own id, and
         # requeueing that would requeue every task. Slurm ends this job and puts it back in the queue;
         # a cluster with RequeueExit=75 would do the same from the exit code.

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweepq.errors import UsageError
-from sweepq.spec.slurm import SlurmOptions
+
+if TYPE_CHECKING:  # `status` imports this module: no sweep-file reading for it
+    from sweepq.spec.slurm import SlurmOptions
 
 WARNING_S = 90  # how long before its time limit a job hears SIGUSR2 (sbatch --signal)
 
@@ -100,3 +102,18 @@ def stop(jobs: list[str], hard: bool = False) -> None:
 def _said(e: BaseException) -> str:
     out = getattr(e, "stderr", None) or getattr(e, "output", None) or str(e)
     return (out.decode() if isinstance(out, bytes) else str(out)).strip()[-1000:]
+
+
+def describe_jobs(root: Path) -> str | None:
+    """`status`'s line on the workers of the root's last `launch --on slurm`: each job and its state."""
+    jobs = recorded_jobs(root)
+    if not jobs:
+        return None
+    try:
+        seen = states(jobs)
+    except (OSError, subprocess.SubprocessError):  # no Slurm client on this machine
+        seen = None
+    if seen is None:
+        return f"Slurm workers: {', '.join(jobs)} (squeue did not answer)"
+    # a job squeue no longer lists has ended (without accounting there is no sacct to ask how)
+    return "Slurm workers: " + ", ".join(f"{j} {seen.get(j, 'ended').lower()}" for j in jobs)

@@ -114,12 +114,14 @@ def test_stop_ends_the_jobs_gracefully(sweep_dir: Path, slurm_cluster: SlurmClus
         timeout=180,
         what="two cells training",
     )
+    jobs = sorted({a["worker"].removeprefix("slurm:") for a in attempts(root)})
+    shown = cli("status", str(root)).stdout  # each worker's job and its state
+    assert "Slurm workers: " + ", ".join(f"{j} running" for j in jobs) in " ".join(shown.split()), shown
     r = cli("stop", str(root))
     assert r.returncode == 0, r.stdout + r.stderr
     out = launch.communicate(timeout=200)[0]
     assert launch.returncode == 130, out
     receipts = attempts(root)
     assert sorted(a["reason"] for a in receipts) == ["preempted", "preempted"], receipts
-    jobs = [a["worker"].removeprefix("slurm:") for a in receipts]
     time.sleep(1)
     assert not slurm_cluster.squeue(*jobs), "a stopped job is still queued (requeued?)"
