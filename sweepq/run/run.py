@@ -98,6 +98,21 @@ class Run:
     # -- the public API ---------------------------------------------------------
 
     @property
+    def rank(self) -> int:
+        """This process's rank among the cell's processes (`processes: N`: torchrun's RANK); 0 alone."""
+        return int(os.environ.get("RANK", "0"))
+
+    @property
+    def world_size(self) -> int:
+        """How many processes the cell's attempt runs (`processes: N`: torchrun's WORLD_SIZE); 1 alone."""
+        return int(os.environ.get("WORLD_SIZE", "1"))
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this is rank 0, the one that reports, logs and commits checkpoints."""
+        return self.rank == 0
+
+    @property
     def should_stop(self) -> bool:
         """True once a preemption signal (SIGTERM, SIGINT, SIGUSR1, SIGHUP) arrived."""
         return signals.requested()
@@ -242,6 +257,13 @@ class Run:
         if existing is not None:
             return existing
         path = os.environ.get(ENV_ATTEMPT_FILE)
+        rank = os.environ.get("RANK", "0")
+        if path and rank != "0":  # a cell's checkpoints have one writer: two would race on every commit
+            raise RuntimeError(
+                f"Run.from_env() on rank {rank}: under `processes:` only rank 0 holds the cell's Run (it reports, "
+                "logs and commits checkpoints). Call it when RANK is 0, e.g. run = Run.from_env() if "
+                "int(os.environ['RANK']) == 0 else None, and have the other ranks load what rank 0 restored"
+            )
         if not path:
             if not required:
                 return None
