@@ -65,6 +65,7 @@ class SweepqCallback(TrainerCallback):
         self._start_step = state.global_step
         self._check_settings(args, state)
         if args.should_save:
+            _claim(_output_dir(args), self.run)  # before anything there is touched
             _remove_abandoned(_output_dir(args), state.global_step)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
@@ -203,6 +204,36 @@ def _whole_run_summary(numbers: dict[str, float], state: TrainerState, start: in
             f"not {start}): DONE.json keeps it as attempt_train_loss"
         )
     return out
+
+
+_OWNER = ".sweepq-cell"  # in an output_dir: which cell of which sweep writes there
+
+
+def _claim(output_dir: Path, run: Run) -> None:
+    """Make `output_dir` this cell's, or refuse to train in one that another cell writes to.
+
+    The callback removes `checkpoint-N/` folders an earlier attempt of its cell
+    left there; with one `output_dir` for every cell those would be other
+    cells' folders, and their saves would overwrite each other's files.
+    """
+    me = f"{run.root.resolve()}\n{run.cell}\n"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    marker = output_dir / _OWNER
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # the first cell to come claims it
+    except FileExistsError:
+        owner = marker.read_text()
+        if owner != me:
+            root, _, cell = owner.partition("\n")
+            raise ValueError(
+                f"output_dir {output_dir.resolve()} is already the output folder of cell {cell.strip()} of the sweep "
+                f"at {root}, so this cell ({run.cell}) would overwrite its checkpoints and files. Give each cell its "
+                "own output_dir: a relative one (e.g. output_dir='out') under workdir: output (the default: each "
+                "cell runs in its own folder), or the cell's own output folder: --output_dir=${output_dir}/out"
+            ) from None
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(me)
 
 
 def _remove_abandoned(output_dir: Path, step: int) -> None:

@@ -146,3 +146,26 @@ def test_a_trainer_script_resumes_from_verified_checkpoints_and_is_never_falsely
     reference = load_file(alone / "out" / "model.safetensors")
     assert final.keys() == reference.keys()
     assert all(torch.equal(final[k], reference[k]) for k in reference)
+
+
+def test_cells_given_one_output_dir_are_refused_before_training_and_never_touch_each_other(tmp_path: Path) -> None:
+    folder, shared = tmp_path / "project", tmp_path / "one_out"  # one absolute output_dir, as HF's docs write it
+    folder.mkdir()
+    shutil.copy(HERE / "programs" / "hf_script.py", folder)
+    sweep = SWEEP.format(hold=tmp_path / "no-hold").replace("output_dir: out", f"output_dir: {shared}")
+    sweep = sweep.replace("num_train_epochs: 4", "num_train_epochs: 1").replace("seed: [0]", "seed: [0, 1]")
+    spec = write(folder / "hf.yaml", sweep)
+    root = folder / "runs" / "hf"
+    launch = start("launch", str(spec), "--no-live", cwd=folder, env=ENV)
+    out, _ = launch.communicate(timeout=300)
+    cells = [CellPaths(root, c) for c in ("1.1", "1.2")]
+    done = [c for c in cells if c.done.exists()]
+    assert len(done) == 1, out  # the first to claim the folder trains; the other never starts training
+    (refused,) = [c for c in cells if not c.done.exists()]
+    told = "\n".join(p.read_text() for p in (refused.dir / "attempts").glob("*/stderr.log"))
+    assert f"output_dir {shared.resolve()} is already the output folder of cell {done[0].cell_id}" in told
+    assert "training starts" not in told and "{'loss'" not in "\n".join(
+        p.read_text() for p in (refused.dir / "attempts").glob("*/stdout.log")
+    )
+    assert sorted(p.name for p in shared.glob("checkpoint-*")) == ["checkpoint-4"]  # the winner's, untouched
+    assert files.verified(storage.for_cell(done[0]), 4).step == 4
