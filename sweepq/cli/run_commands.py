@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -149,13 +150,25 @@ def launch_cmd(
 @click.option("--parent-pid", type=int, default=None, hidden=True, help="Stop gracefully when this process dies.")
 @click.option("--gate-fd", type=int, default=None, hidden=True, help="Claim once the launch says go on this pipe.")
 @click.option(
+    "--database", default=None, metavar="URL", help="Join the sweep whose queue is on this server (with --sweep)."
+)
+@click.option("--sweep", "sweep_name", default=None, metavar="NAME", help="The sweep's name on --database's server.")
+@click.option(
     "--scheduled",
     is_flag=True,
     help="Run by a scheduler: SIGUSR1/SIGUSR2 stop it like SIGTERM, and it exits 0 when done (or stopped by "
     "SIGINT), 75 when a signal stopped it while cells remain (start it again), 1 when it failed (docs/scale.md).",
 )
 @friendly
-def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | None, scheduled: bool) -> None:
+def worker(
+    root: str,
+    name: str | None,
+    parent_pid: int | None,
+    gate_fd: int | None,
+    database: str | None,
+    sweep_name: str | None,
+    scheduled: bool,
+) -> None:
     """Run one worker on an existing sweep root (for other machines and schedulers)."""
     from sweepq.cli.roots import resolve_root
     from sweepq.host.procs import die_with_parent
@@ -165,6 +178,8 @@ def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | N
     if parent_pid is not None:
         die_with_parent(parent_pid)
     path = resolve_root(None, root)
+    if database is not None or sweep_name is not None:
+        _join_server(path, database, sweep_name)
     if not Database.for_root(path).exists():
         raise UsageError(f"{path} is not a sweep root: launch the sweep once with `sweepq launch SPEC --root {root}`")
     if scheduled:
@@ -172,3 +187,19 @@ def worker(root: str, name: str | None, parent_pid: int | None, gate_fd: int | N
 
         sys.exit(run_worker(path, name=name, requeue=False))  # the scheduler acts on the exit code
     sys.exit(Worker(path, name=name, gate=gate_fd).run())
+
+
+def _join_server(root: Path, database: str | None, sweep_name: str | None) -> None:
+    """This machine's root joins the sweep `sweep_name` on the server `database`: recorded in the root,
+    as a launch records it, so that the worker's attempts and read commands find the same queue."""
+    from sweepq.queue import database_url
+    from sweepq.spec.types import LeaseTerms
+
+    if database is None or not sweep_name:
+        raise UsageError("--database and --sweep go together: the server's URL and the sweep's name on it")
+    if database_url.dialect(database, "--database") != "postgresql":
+        raise UsageError("--database: a worker joins a sweep on a PostgreSQL server (a SQLite queue is its root's)")
+    os.environ[database_url.ENV_DATABASE] = database  # the command line first; the worker's attempts inherit it
+    terms = LeaseTerms()
+    chosen = database_url.Chosen(database, "--database")
+    database_url.write_record(root, chosen, sweep_name, terms.renew_seconds, terms.expire_seconds)
