@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
-from services.fixtures import postgres_server, postgres_url, slurm_cluster  # noqa: F401  (pytest registers imported fixtures)
+from services.fixtures import postgres_server, postgres_url, s3_bucket, s3_server, slurm_cluster  # noqa: F401  (pytest registers imported fixtures)
 
 HERE = Path(__file__).parent
 REPO_ROOT = HERE.parent

@@ -119,7 +119,51 @@ class MemoryBackend:
         storage.link(step, source, source_step)
 
 
-CHECKPOINT_BACKENDS: dict[str, Callable[[], CheckpointBackend]] = {"local": LocalBackend, "memory": MemoryBackend}
+class S3Backend:
+    """A bucket of its own on the throwaway S3 server (moto on the loopback, tests/services/s3.py), per test."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.request = request
+        self.buckets: dict[Path, str] = {}
+
+    def make(self, tmp_path: Path, name: str = "a") -> CheckpointStorage:
+        from sweepq.checkpoint.s3 import S3Checkpoints, S3Url
+
+        server = self.request.getfixturevalue("s3_server")
+        if tmp_path not in self.buckets:  # the cells of one test share a bucket
+            self.buckets[tmp_path] = self.request.getfixturevalue("s3_bucket")
+        root = tmp_path / "root"
+        where = S3Url(self.buckets[tmp_path], "sweeps/contract")
+        # S3's smallest part: the contract's small files go up in one put each; multipart uploads and
+        # ranged reads of large files are tests/checkpoint/test_s3_storage.py's.
+        return S3Checkpoints(CellPaths(root, name).checkpoints, root, where, server.client(), part_size=S3_PART)
+
+    def replace(self, storage: CheckpointStorage, step: int, name: str, data: bytes) -> None:
+        from sweepq.checkpoint.s3 import META_DATA, S3Checkpoints
+
+        assert isinstance(storage, S3Checkpoints)
+        key = storage.manifest_key(step)
+        head = storage.s3.head_object(Bucket=storage.bucket, Key=key)
+        if name == layout.MANIFEST_NAME:
+            storage.s3.put_object(Bucket=storage.bucket, Key=key, Body=data, Metadata=head["Metadata"])
+        else:
+            storage.s3.put_object(Bucket=storage.bucket, Key=f"{head['Metadata'][META_DATA]}/{name}", Body=data)
+
+    def link(self, storage: CheckpointStorage, step: int, source: CheckpointStorage, source_step: int) -> None:
+        from sweepq.checkpoint.s3 import S3Checkpoints
+
+        assert isinstance(storage, S3Checkpoints) and isinstance(source, S3Checkpoints)
+        storage.link(step, source, source_step)
+
+
+S3_PART = 5 << 20  # S3's smallest part
+
+
+CHECKPOINT_BACKENDS: dict[str, Callable[[pytest.FixtureRequest], CheckpointBackend]] = {
+    "local": lambda request: LocalBackend(),
+    "memory": lambda request: MemoryBackend(),
+    "s3": S3Backend,
+}
 
 
 # -- liveness ---------------------------------------------------------------------------

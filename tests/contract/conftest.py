@@ -22,7 +22,7 @@ from sweepq.queue.database import Database
 
 @pytest.fixture(params=sorted(CHECKPOINT_BACKENDS))
 def checkpoints(request: pytest.FixtureRequest) -> CheckpointBackend:
-    return CHECKPOINT_BACKENDS[request.param]()
+    return CHECKPOINT_BACKENDS[request.param](request)
 
 
 @pytest.fixture(params=sorted(LIVENESS_BACKENDS))

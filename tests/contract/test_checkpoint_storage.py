@@ -1,7 +1,7 @@
 """The CheckpointStorage contract (checkpoint/storage.py), one suite over every implementation (contract/backends.py).
 
-Each test is written once and runs over the local folder and the in-memory
-object store; a bucket joins by adding a backend. The commit protocol: a step
+Each test is written once and runs over the local folder, the in-memory
+object store and a bucket on a real S3 API (moto's server on the loopback). The commit protocol: a step
 is committed only when its manifest is; `steps()` lists committed steps newest
 first; a repeated commit keeps the first; damage is found on read and moved
 aside by quarantine; deletion (retention) removes a step from the listing at

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from services.postgres import PostgresServer, PostgresUnavailable
+from services.s3 import S3Server, S3Unavailable
 from services.slurm import SlurmCluster, SlurmUnavailable
 
 
@@ -56,3 +57,29 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One throwaway S3 server (moto, in this process, on the loopback) per test process (tests/services/s3.py)."""
+    server = S3Server()
+    try:
+        server.start()
+    except S3Unavailable as e:
+        if in_ci():
+            pytest.fail(f"CI needs an S3 server for these tests and none started: {e}", pytrace=False)
+        pytest.skip(f"no S3 server: {e}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> Iterator[str]:
+    """A new, empty bucket of its own on the session's server; emptied and removed after the test."""
+    bucket = s3_server.create_bucket()
+    try:
+        yield bucket
+    finally:
+        s3_server.empty(bucket)
