@@ -41,10 +41,16 @@ $(CHROMIUM_STAMP): $(STAMP)
 # A throwaway PostgreSQL server for the tests of the queue on PostgreSQL (tests/services/postgres.py
 # starts one per test process on 127.0.0.1): Debian's `postgresql`, installed only where it is missing.
 POSTGRES_STAMP := $(VENV)/.postgresql
+SLURM_STAMP := $(VENV)/.slurm
 
 $(POSTGRES_STAMP): $(STAMP)
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (export DEBIAN_FRONTEND=noninteractive; apt-get -o DPkg::Lock::Timeout=300 install -y -q postgresql || (apt-get update -q && apt-get -o DPkg::Lock::Timeout=300 install -y -q postgresql))
 	touch $(POSTGRES_STAMP)
+
+# The single-node Slurm of the `launch --on slurm` tests (tests/services/slurm.py installs it too).
+$(SLURM_STAMP): $(STAMP)
+	command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || (export DEBIAN_FRONTEND=noninteractive; apt-get -o DPkg::Lock::Timeout=300 install -y -q slurm-wlm munge || (apt-get update -q && apt-get -o DPkg::Lock::Timeout=300 install -y -q slurm-wlm munge))
+	touch $(SLURM_STAMP)
 
 run: $(STAMP)
 	$(BIN)/sweepq launch sweeps/llm-analysis.yaml
@@ -56,7 +62,7 @@ run-over: $(STAMP)
 
 # Two test processes (pytest-xdist), each taking whole files: the process tests spend much of
 # their time waiting on the sweeps they start, so two at once nearly halve the wall time.
-test: $(STAMP) $(WANDB_STAMP) $(CHROMIUM_STAMP) $(POSTGRES_STAMP)
+test: $(STAMP) $(WANDB_STAMP) $(CHROMIUM_STAMP) $(POSTGRES_STAMP) $(SLURM_STAMP)
 	$(BIN)/pytest -q -ra -n 2 --dist loadfile; code=$$?; if [ $$code -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$code
 
 # The in-process core (tests/unit) and the quick integration tests: a loop of under a minute.

@@ -62,6 +62,9 @@ class SlurmLauncher(Launcher):
             seen = submit.states(self.jobs)
             if seen is not None:  # squeue failed (slurmctld busy): keep what was seen last
                 self.job_states = seen
+            waiting = any(state == "PENDING" for state in self.job_states.values())
+            if waiting and self.store is not None and self.store.unsettled() == 0:
+                submit.cancel_pending(self.jobs)  # nothing left for them: no node started for nothing
         return bool(self.job_states)
 
     def live_workers(self) -> int:

@@ -92,11 +92,18 @@ def stop(jobs: list[str], hard: bool = False) -> None:
     if not jobs:
         return
     arrays = sorted({j.split("_")[0] for j in jobs})
-    subprocess.run(["scancel", "--state=PENDING", *arrays], capture_output=True, timeout=60)
+    cancel_pending(jobs)
     if hard:
         subprocess.run(["scancel", *arrays], capture_output=True, timeout=60)
     else:
         subprocess.run(["scancel", "--signal=INT", "--state=RUNNING", *arrays], capture_output=True, timeout=60)
+
+
+def cancel_pending(jobs: list[str]) -> None:
+    """Cancel the jobs still waiting for a node (a requeued one, once every cell is settled: it would
+    only start to find nothing to do)."""
+    arrays = sorted({j.split("_")[0] for j in jobs})
+    subprocess.run(["scancel", "--state=PENDING", *arrays], capture_output=True, timeout=60)
 
 
 def _said(e: BaseException) -> str:
