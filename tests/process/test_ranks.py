@@ -25,7 +25,8 @@ SLACK_S = 10 * POLL_S
 
 @pytest.fixture
 def ddp_dir(tmp_path: Path) -> Path:
-    shutil.copy(HERE / "programs" / "ddp.py", tmp_path / "ddp.py")
+    for name in ("ddp.py", "ddp_run.py"):
+        shutil.copy(HERE / "programs" / name, tmp_path / name)
     return tmp_path
 
 
@@ -118,3 +119,23 @@ def test_the_launch_sent_sigterm_stops_every_rank(ddp_dir: Path) -> None:
     first = receipt(root, 1)
     assert first["reason"] == "preempted", first
     assert all(r["ended_by_sweepq"] and r["exit_signal"] == signal.SIGTERM for r in first["ranks"])
+
+
+def test_a_torchrun_program_with_runs_on_rank_0_resumes_from_its_committed_checkpoint(ddp_dir: Path) -> None:
+    spec = write(
+        ddp_dir / "ddp.yaml",
+        sweep("steps: 30, delay: 0.1").replace("ddp.py", "ddp_run.py") + "checkpoint: {every_steps: 5}\n",
+    )
+    root = ddp_dir / "runs" / "ddp"
+    launch = start("launch", str(spec), "--no-live", cwd=ddp_dir)
+    wait_for(lambda: (root / "cells" / "1.1" / "checkpoints" / "step-10" / "manifest.json").exists(), what="step 10")
+    pids = rank_pids(root)
+    os.kill(pids[1], signal.SIGKILL)
+    wait_gone(pids)
+    out, _ = launch.communicate(timeout=300)
+    assert launch.returncode == 0, out
+    first, second = receipt(root, 1), receipt(root, 2)
+    assert first["reason"] == "lost" and "rank 1" in first["note"], first
+    assert second["reason"] == "completed" and second["start_step"] >= 10 and second["end_step"] == 30, second
+    resumed = (attempt_dir(root, 2) / "stdout.log").read_text()
+    assert f"rank 1: starting at step {second['start_step']}" in resumed  # the step rank 0 restored, on rank 1
