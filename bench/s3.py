@@ -53,7 +53,8 @@ def main() -> None:
     rounds = 5 if args.full else 3
     n = args.mb * (1 << 20) // 4
     g = torch.Generator().manual_seed(0)
-    state = {"model": {f"w{i}": torch.randn(n // 4, generator=g) for i in range(4)}, "step": 1}
+    model = {f"w{i}": torch.randn(n // 4, generator=g) for i in range(4)}
+    state: dict[str, Any] = {"model": model, "step": 1}
     skeleton, tensors = serialize.flatten(state)
     raw = b"".join(t.numpy().tobytes() for t in tensors.values())
     log(f"state of {len(raw) / 1e6:.1f} MB in {len(tensors)} tensors")
@@ -107,7 +108,7 @@ def main() -> None:
                 t = time.perf_counter()
                 loaded = commit.load(store, 1)
                 took = time.perf_counter() - t
-                assert torch.equal(loaded.state["model"]["w0"], state["model"]["w0"])
+                assert torch.equal(loaded.state["model"]["w0"], model["w0"])
                 return took
 
             return run
@@ -128,7 +129,7 @@ def main() -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in {**writes, **reads}.items()}
-    out = {
+    out: dict[str, Any] = {
         "bench": "s3",
         "state_mb": round(len(raw) / 1e6, 1),
         "server": "moto (process, loopback)",
