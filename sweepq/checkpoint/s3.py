@@ -60,7 +60,7 @@ from sweepq.checkpoint import manifest
 from sweepq.checkpoint.crashpoints import count_commit, crash_point
 from sweepq.checkpoint.manifest import CheckpointCorrupt
 from sweepq.errors import SweepqError
-from sweepq.layout import MANIFEST_NAME
+from sweepq.layout import MANIFEST_NAME, CellPaths
 
 _B = TypeVar("_B")
 
@@ -426,6 +426,12 @@ class S3Checkpoints:
                 rest = upload["Key"][len(data_root) :]
                 removed[rest.split("/", 1)[0]] = None
         return list(removed)
+
+
+def for_cell(cell: CellPaths, url: str, s3: Any | None = None) -> S3Checkpoints:
+    """The checkpoints of `cell` under the bucket and prefix of `url` (`s3://bucket/prefix`): the root's
+    layout mirrored under the prefix. The client is made the standard AWS way when none is given."""
+    return S3Checkpoints(cell.checkpoints, cell.root, S3Url.parse(url), s3)
 
 
 def _total_size(response: dict[str, Any]) -> int:

@@ -20,6 +20,7 @@ from botocore.awsrequest import AWSResponse
 from sweepq.checkpoint import commit, readio, serialize
 from sweepq.checkpoint.manifest import FORMAT, CheckpointCorrupt
 from sweepq.checkpoint.s3 import META_DATA, S3Checkpoints, S3Url, StorageUnfit
+from sweepq.checkpoint.s3 import for_cell as s3_for_cell
 from sweepq.layout import CellPaths
 
 PART = 5 << 20  # S3's smallest part (all but the last)
@@ -199,3 +200,20 @@ def test_clean_partial_aborts_an_upload_left_open_between_parts(tmp_path: Path, 
     assert storage.clean_partial() == [staged.data.rsplit("/", 1)[1]]
     assert storage.s3.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
     assert storage.clean_partial() == []
+
+
+def test_a_storage_url_and_the_standard_aws_variables_reach_the_bucket(
+    tmp_path: Path, s3_server: Any, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No client given: endpoint, credentials and region come from the environment, as on a cluster."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    cell = CellPaths(tmp_path / "root", "c")
+    store = s3_for_cell(cell, f"s3://{s3_bucket}/team/sweep-1")
+    staged = store.stage(1)
+    assert staged.commit(manifest_bytes(1, staged.write({"x": [memoryview(b"one")]})))
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_bucket)["Contents"]]
+    assert "team/sweep-1/cells/c/checkpoints/step-1/manifest.json" in keys  # the root's layout under the prefix
+    assert store.location(1) == cell.checkpoint(1)
+    with pytest.raises(ValueError, match="not an s3://bucket/prefix URL"):
+        s3_for_cell(cell, f"https://{s3_bucket}/team")
