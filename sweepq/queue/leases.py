@@ -39,7 +39,7 @@ from sqlalchemy import ColumnClause, Connection, Engine, Table, delete, extract,
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 
-from sweepq.queue.liveness import ENV_LEASE, Handoff, Ownership, OwnershipLost
+from sweepq.queue.handoff import ENV_LEASE, Handoff, OwnershipLost
 from sweepq.queue.schema import LeaseRow
 
 _LEASES = cast(Table, LeaseRow.__table__)
@@ -193,7 +193,7 @@ class TableLiveness:
         with self._guard:
             self._renewing.pop(id(owned), None)
 
-    def inherit(self, cell: str, environ: Mapping[str, str] | None = None) -> Ownership | None:
+    def inherit(self, cell: str, environ: Mapping[str, str] | None = None) -> _TableOwnership | None:
         token = (os.environ if environ is None else environ).get(ENV_LEASE)
         if not token:
             return None

@@ -29,27 +29,16 @@ import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
 from sweepq.layout import RootPaths
 from sweepq.queue import lock
+from sweepq.queue.handoff import ENV_LEASE as ENV_LEASE
+from sweepq.queue.handoff import Handoff as Handoff
+from sweepq.queue.handoff import OwnershipLost as OwnershipLost
 
 ENV_LOCK_FD = "SWEEPQ_LOCK_FD"  # the inherited, locked descriptor of a training process
-ENV_LEASE = "SWEEPQ_LEASE"  # the token of the lease a training process carries
-
-
-class OwnershipLost(RuntimeError):
-    """The ownership handed to this process is not held by it: another process owns the cell."""
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """What a child process needs to carry an ownership: add `env` to its environment, pass `fds`."""
-
-    env: dict[str, str] = field(default_factory=dict)
-    fds: tuple[int, ...] = ()
 
 
 class Ownership(Protocol):
