@@ -244,6 +244,35 @@ class SlurmCluster:
         except (OSError, ValueError, IndexError):
             return None
 
+    def _end_leftover_steps(self) -> None:
+        """Kill what jobs left behind their daemons: a slurmstepd outlives slurmd, and a stopped job's
+        batch step (its shell and srun) was seen lingering after slurmctld forgot the job. Found by
+        the folder: their working directory, or their command line (the job scripts are in its spool)."""
+        import psutil
+
+        assert self.folder is not None
+        doomed: set[psutil.Process] = set()
+        for p in psutil.process_iter(["cmdline", "cwd"]):
+            # a step's slurmstepd runs in the folder; its job's shell runs a script from the spool
+            if str(self.folder) in " ".join(p.info["cmdline"] or []) or (p.info["cwd"] or "").startswith(
+                str(self.folder)
+            ):
+                try:
+                    parent = p.parent()
+                    doomed.update(p.children(recursive=True))
+                    doomed.add(p)
+                    if parent is not None and parent.name().startswith("slurmstepd"):
+                        doomed.add(parent)
+                        doomed.update(parent.children(recursive=True))
+                except psutil.NoSuchProcess:
+                    pass
+        for p in doomed:
+            if p.pid != os.getpid():
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+
     def stop(self) -> None:
         """Cancel the jobs left, end the daemons by their pids, delete the folder (safe to call twice)."""
         if self.folder is None:
@@ -267,6 +296,7 @@ class SlurmCluster:
                 time.sleep(0.05)
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
+        self._end_leftover_steps()
         if os.environ.get("SLURM_CONF") == str(self.conf):
             del os.environ["SLURM_CONF"]
         shutil.rmtree(self.folder, ignore_errors=True)
