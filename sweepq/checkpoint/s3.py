@@ -4,8 +4,8 @@ The layout and the protocol are memory.py's, on a real store (AWS S3, MinIO,
 Ceph, R2, CoreWeave; the tests run moto's server on the loopback):
 
   stage      data objects put under `data/step-<step>-<tag>/`, nothing lists them as a
-             step; a file larger than one part goes up as a multipart upload, its parts
-             copied and hashed in order by the writer while earlier parts are in flight
+             step; a file larger than one part goes up as a multipart upload, its parts copied
+             by the writer and hashed in order on a thread of its own while earlier parts upload
   commit     the manifest put last at `step-<step>/manifest.json` with `If-None-Match: *`:
              its existence is the commit, its metadata (`sweepq-data`) names the data
              prefix it vouches for. 412 is "already committed" (ours, when an earlier try's
@@ -39,7 +39,8 @@ event loop thread) and hides conditional failures behind file-system exceptions;
 (Rust) is faster per request but its conditional-put errors do not distinguish 409 from
 412 and its configuration is not the AWS one. Speed comes from parallelism instead:
 parts and ranges go on a pool of threads (botocore's socket I/O and hashlib release the
-GIL), the writer hashing part n while parts n-1.. are uploading.
+GIL), the writer copying part n+1 while a thread of its own hashes part n (in order) and
+earlier parts are uploading.
 """
 
 from __future__ import annotations
@@ -474,6 +475,18 @@ def _chunks(parts: list[memoryview], size: int) -> Iterator[bytes]:
         yield bytes(pending)
 
 
+_hash_pool: ThreadPoolExecutor | None = None
+
+
+def _hasher() -> ThreadPoolExecutor:
+    """One thread: the parts of a file are hashed in the order they were submitted."""
+    global _hash_pool
+    with _pool_lock:
+        if _hash_pool is None:
+            _hash_pool = ThreadPoolExecutor(1, thread_name_prefix="sweepq-s3-hash")
+        return _hash_pool
+
+
 class S3Staged:
     def __init__(self, storage: S3Checkpoints, step: int, data: str) -> None:
         self.storage, self.step, self.data = storage, step, data
@@ -483,9 +496,10 @@ class S3Staged:
         st = self.storage
         s3, bucket, pool = st.s3, st.bucket, transfers()
         room = threading.BoundedSemaphore(2 * WORKERS)  # parts copied but not yet sent: bounded memory
-        written: dict[str, tuple[str, int]] = {}
         puts: list[Future[Any]] = []
         uploads: list[tuple[str, str, list[Future[dict[str, Any]]]]] = []
+        hashing: list[Future[None]] = []
+        digests: dict[str, tuple[Any, int]] = {}
 
         def sent(fn: Callable[..., Any], **kwargs: Any) -> Any:
             try:
@@ -507,7 +521,8 @@ class S3Staged:
                     sends: list[Future[dict[str, Any]]] = []
                     uploads.append((key, upload_id, sends))
                     for number, chunk in enumerate(_chunks(parts, st.part_size), start=1):
-                        digest.update(chunk)
+                        # In order on a thread of its own: the next part is copied while this one is hashed.
+                        hashing.append(_hasher().submit(digest.update, chunk))
                         room.acquire()
                         sends.append(
                             pool.submit(
@@ -522,7 +537,10 @@ class S3Staged:
                         )
                         if number == 2:
                             crash_point("mid_file")
-                written[name] = (digest.hexdigest(), size)
+                digests[name] = (digest, size)  # read once every part is hashed
+            for f in hashing:
+                f.result()
+            written = {name: (d.hexdigest(), n) for name, (d, n) in digests.items()}
             for f in puts:
                 f.result()
             for key, upload_id, sends in uploads:
@@ -531,7 +549,7 @@ class S3Staged:
                     Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
                 )
         except BaseException:
-            for f in [*puts, *(f for _, _, s in uploads for f in s)]:
+            for f in [*hashing, *puts, *(f for _, _, s in uploads for f in s)]:
                 f.cancel()
             for key, upload_id, _ in uploads:
                 try:
