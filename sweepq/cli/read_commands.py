@@ -241,7 +241,16 @@ def told_notes(store: Queue, cells: list[CellRecord]) -> dict[str, str]:
     told = failures.failure_notes(
         cells, lambda reason: [a for a in last if a.reason == reason], spelling.shown_path(store.root)
     )
-    return told | store.fault_notes()  # the disk's own words say more than its exception
+    told |= store.fault_notes()  # the disk's own words say more than its exception
+    for cell, steps in store.inexact_resumes().items():  # a result that may differ from an uninterrupted run's
+        told[cell] = "; ".join(p for p in (told.get(cell, ""), inexact_note(steps)) if p)
+    return told
+
+
+def inexact_note(steps: list[int]) -> str:
+    """The flag of a cell whose program declared a resume inexact (its data order restarted)."""
+    at = ", ".join(str(s) for s in steps if s >= 0)
+    return f"inexact resume{' from step ' + at if at else ''}: data order restarted"
 
 
 def _alive(store: Queue, cell: Any) -> bool | None:

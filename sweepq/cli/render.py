@@ -368,7 +368,12 @@ def best_table(rows: Sequence[dict[str, Any]], metric: Metric | None, all_params
         Column("cell", [r["cell"] for r in rows], rank["cell"]),
         Column(
             "state",
-            [r["state"] + (" (ran with an older cfg)" if r.get("new_cfg") is not None else "") for r in rows],
+            [
+                r["state"]
+                + (" (ran with an older cfg)" if r.get("new_cfg") is not None else "")
+                + (" (inexact resume)" if r.get("inexact_resume") else "")
+                for r in rows
+            ],
             rank["state"],
         ),
         *param_columns.columns([r["cfg"] for r in rows], all_params, rank[PARAMS], rank[SAME]),

@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.utilities.types import _Stateful
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -126,6 +127,8 @@ class SweepqCallback(Callback):
         self.teardown(trainer, pl_module, "fit")  # loaded: the user's CheckpointIO is theirs again
         self._kept = self._seen = trainer.global_step
         self._started = True
+        if self.run is not None and self.ckpt_path is not None and (why := _data_order_restarts(trainer)):
+            self.run.resume_inexact(why)
         if self.run is not None:
             self._scratch().unlink(missing_ok=True)  # left by an attempt killed while it saved
             total = trainer.estimated_stepping_batches
@@ -171,6 +174,11 @@ class SweepqCallback(Callback):
             self._keep(trainer, trainer.global_step, metrics)
         if self.run is not None:
             self.run.finish(metrics)
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """`trainer.test()` after a completed fit: its metrics join the fit's in DONE.json."""
+        if self.run is not None and self.run.final_metrics is not None:
+            self.run.add_final_metrics(_scalars(trainer.callback_metrics))
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """A SIGTERM that Lightning acted on after a training batch or an epoch: keep the step just trained.
@@ -272,6 +280,29 @@ class _TrustedResume(CheckpointIO):
 
     def teardown(self) -> None:
         self.inner.teardown()
+
+
+def _data_order_restarts(trainer: pl.Trainer) -> str | None:
+    """Why this resume trains on other batches than an uninterrupted fit would, or None when it does not.
+
+    Lightning's own test (TrainingEpochLoop.reset, which only warns on stderr):
+    the fit resumed from a step inside an epoch, and a training loader cannot
+    restore its position (not `_Stateful`: no state_dict/load_state_dict), so
+    the epoch starts over from its first batch in a new order.
+    """
+    batches, loader = trainer.num_training_batches, trainer.fit_loop._combined_loader
+    if loader is None or not math.isfinite(batches) or batches <= 0:
+        return None
+    per_epoch = math.ceil(batches / trainer.accumulate_grad_batches)  # optimizer steps an epoch
+    if trainer.global_step % per_epoch == 0 or all(isinstance(dl, _Stateful) for dl in loader.flattened):
+        return None
+    names = sorted({type(dl).__name__ for dl in loader.flattened if not isinstance(dl, _Stateful)})
+    return (
+        f"the checkpoint ended mid-epoch (step {trainer.global_step}, {per_epoch} steps an epoch) and the "
+        f"training loader ({', '.join(names)}) cannot resume its position: the rest of the epoch trains on "
+        "other batches than an uninterrupted run (a resumable loader, e.g. torchdata's StatefulDataLoader, "
+        "or a checkpoint cadence that ends epochs, makes it exact)"
+    )
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, float]:

@@ -186,6 +186,8 @@ CHECKPOINT_TIMES = (
 )
 EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events ORDER BY at, id"
 CELL_EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events WHERE cell_id = ? ORDER BY at, id"
+# Resumes a program declared inexact (Run.resume_inexact, whose event kind this is): status and best flag them.
+INEXACT_RESUMES = "SELECT cell_id, detail FROM events WHERE kind = 'resume_inexact' ORDER BY at, id"
 
 
 # -- the forecast's spans (forecast/reads.py; kept by attempts.py) --------------------------------------

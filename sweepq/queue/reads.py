@@ -325,6 +325,15 @@ class Reads:
                 c.execute(queries.EVENTS if cell is None else queries.CELL_EVENTS, () if cell is None else (cell,))
             )
 
+    def inexact_resumes(self) -> dict[str, list[int]]:
+        """Per cell, the steps its attempts resumed from inexactly (Run.resume_inexact: the data order restarted)."""
+        found: dict[str, list[int]] = {}
+        with self._connect() as c:
+            for cell, detail in c.execute(queries.INEXACT_RESUMES):
+                step = (json.loads(detail) if isinstance(detail, str) else detail or {}).get("step")
+                found.setdefault(cell, []).append(int(step) if isinstance(step, int) else -1)
+        return found
+
     # -- the forecast ------------------------------------------------------------------
 
     def forecast(self, workers: int) -> Forecast:

@@ -65,6 +65,7 @@ class Store:
         self.usages = self.reads.usages
         self.usage_texts = self.reads.usage_texts
         self.fault_notes = self.reads.fault_notes
+        self.inexact_resumes = self.reads.inexact_resumes
         self.running = self.reads.running
         self.etas = self.reads.etas
         self.stalls = self.reads.stalls

@@ -144,6 +144,7 @@ def best_per_cell(store: CellReads, metric: Metric | None, top: int) -> list[dic
     """Per cell: the best value of the sweep's metric and the checkpoint that holds it, ranked; its cfg."""
     rows: list[dict[str, Any]] = []
     kept = store.checkpoints_in(CheckpointState.COMMITTED) if metric is not None else {}
+    inexact = store.inexact_resumes()  # cells whose data order restarted on a resume (Run.resume_inexact)
     for c in store.cells(include_removed=False):
         best_ckpt = None
         if metric is not None:
@@ -168,6 +169,7 @@ def best_per_cell(store: CellReads, metric: Metric | None, top: int) -> list[dic
                 "rank": None,
                 "cfg": c.result_cfg,  # the cfg the best came from (a done cell may hold an older one's result)
                 "new_cfg": c.new_cfg,
+                "inexact_resume": inexact.get(c.id),  # the steps resumed from inexactly: may differ from a whole run
             }
         )
     # Winners are finished cells: a failed cell's early score is not a result.

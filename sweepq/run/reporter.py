@@ -36,6 +36,7 @@ class RunState(Protocol):
     best: float | None
     best_step: int | None
     nan_step: int | None
+    warnings: list[str]  # what the attempt warned of (also sent as Warned): the receipt's note begins with them
 
     def close(self, completed: bool) -> None: ...
 
@@ -118,6 +119,8 @@ class Reporter:
             "best_step": run.best_step,
             **_told(o),
         }
+        if run.warnings:  # an inexact resume, changed code: the receipt says so, not only the database
+            data["note"] = "; ".join([*run.warnings, *([data["note"]] if data.get("note") else [])])
         try:
             atomic_write_json(self.path, data)
         except OSError:

@@ -34,6 +34,7 @@ from sweepq.checkpoint.commit import Committed
 from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.checkpoint.image import Files
 from sweepq.checkpoint.manifest import CheckpointCorrupt
+from sweepq.errors import SweepqError
 from sweepq.host import signals
 from sweepq.layout import CellPaths
 from sweepq.run import fingerprint, history_writer, reporter
@@ -46,6 +47,7 @@ from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
 from sweepq.wire.channel import Channel
 from sweepq.wire.messages import Checkpointed, Corrupt, Fresh, Logged, Resumed, Total, Warned
 
+RESUME_INEXACT = "resume_inexact"  # the event of Run.resume_inexact (queries.INEXACT_RESUMES reads it)
 LOG_INTERVAL = 0.25
 
 
@@ -163,6 +165,19 @@ class Run:
         """
         return self._commit_files(int(step), files, metrics or {})
 
+    def resume_inexact(self, why: str) -> None:
+        """Declare that this attempt's resume does not continue training exactly (its data order restarted).
+
+        For a program whose loader cannot restore its position mid-epoch: the
+        cell's result may differ from an uninterrupted run's. The attempt's
+        receipt note, `sweepq status` and `sweepq best` flag the cell (event
+        `resume_inexact`). Also printed to stderr.
+        """
+        note = f"inexact resume from step {self.start_step}: {why}"
+        print(f"sweepq warning: {self.cell}: {note}", file=sys.stderr, flush=True)
+        self.warnings.append(note)
+        self._channel.send(Warned(event=RESUME_INEXACT, step=self.start_step, notes=[note]))
+
     def checkpoint_due(self, step: int) -> bool:
         """Whether the sweep's checkpoint policy asks for a checkpoint at `step` (for `commit_files` callers)."""
         return int(step) > self._cadence.last_scheduled and self._cadence.due(int(step))
@@ -236,6 +251,18 @@ class Run:
         if self._state_ref is not None:  # the final checkpoint, even before the cadence's first
             self.checkpoint(self._state_ref, self.last_step, force=True)  # (a no-op when committed)
         self.close(completed=True)
+        if self._reporter is not None:
+            self._reporter.finished_with(self.final_metrics)
+
+    def add_final_metrics(self, metrics: dict[str, Any]) -> None:
+        """After `finish()`: add metrics measured once training completed (a test set's) to DONE.json's.
+
+        Same names replace those given to `finish`. The cell's completion is
+        unchanged; outside a subprocess cell only `final_metrics` changes.
+        """
+        if self.final_metrics is None:
+            raise SweepqError("run.add_final_metrics() comes after run.finish(): training has not completed")
+        self.final_metrics = {**self.final_metrics, **plain(metrics)}
         if self._reporter is not None:
             self._reporter.finished_with(self.final_metrics)
 

@@ -386,8 +386,9 @@ class Worker:
             o.end_step = max(known) if known else None
         if peak is not None:
             o.peak_memory_bytes = max(peak, o.peak_memory_bytes or 0)
-        if p.notes:
-            o.note = "; ".join(p.notes + ([o.note] if o.note else []))
+        told = [n for n in p.notes if n not in (o.note or "")]  # a program's receipt may carry them already
+        if told:
+            o.note = "; ".join(told + ([o.note] if o.note else []))
         if o.reason not in (Reason.COMPLETED, Reason.PREEMPTED) and not o.error_tail:
             o.error_tail = tail_file(paths.stderr(claim.number))
         return o

@@ -113,11 +113,69 @@ def test_a_lightning_script_resumes_from_verified_checkpoints_and_never_complete
     assert sorted(p.name for p in alone.iterdir()) == ["data", "logs"]  # outside sweepq the callback wrote nothing
 
 
-def program(launch_pid: int) -> psutil.Process:
-    """The user's program under the launch (the child of the `sweepq.attempt` process)."""
+# Both cells use torch's DataLoader, which cannot resume mid-epoch; 8 batches an epoch, 16 steps in all, a
+# checkpoint every 4 steps. Cell 1.1 is killed after step 14 and resumes from 12 (mid-epoch: other batches);
+# cell 1.2 is killed after step 10 and resumes from 8 (an epoch's end: exact). Both run trainer.test() after.
+INEXACT = """
+name: inexact
+program: lightning_script.py
+command: ["${env}", "${interpreter}", "${program}", "${args_no_boolean_flags}"]  # --plain_loader --test
+params: {max_epochs: 2, plain_loader: true, test: true}
+checkpoint: {every_steps: 4}
+grid: {hold: ["14:train", "10:train"]}
+"""
+LIGHTNING_WARNS = "You're resuming from a checkpoint that ended before the epoch ended"
+
+
+def test_a_mid_epoch_resume_with_a_loader_that_cannot_resume_is_flagged_and_test_metrics_reach_done(
+    tmp_path: Path,
+) -> None:
+    shutil.copy(SCRIPT, tmp_path)
+    spec = write(tmp_path / "inexact.yaml", INEXACT)
+    launch = start("launch", str(spec), "--workers", "2", "--no-live", cwd=tmp_path)
+    root = tmp_path / "runs" / "inexact"
+    mid, boundary = root / "cells" / "1.1", root / "cells" / "1.2"
+
+    def held(cell: Path, hold: str, kept: list[int]) -> psutil.Process:
+        log = cell / "attempts" / "1" / "stdout.log"
+        wait_for(lambda: log.exists() and "holding at step" in log.read_text(), 600, f"{cell.name} holding")
+        wait_for(lambda: steps(cell) == kept, what=f"{cell.name} keeping steps {kept}")
+        return program(launch.pid, f"--hold={hold}")
+
+    for p in (held(mid, "14:train", [4, 8, 12]), held(boundary, "10:train", [4, 8])):
+        p.kill()
+    out, _ = launch.communicate(timeout=300)
+    assert launch.returncode == 0, out
+
+    flagged, exact = receipt(mid, 2), receipt(boundary, 2)
+    assert (flagged["reason"], flagged["start_step"], exact["reason"], exact["start_step"]) == (
+        "completed", 12, "completed", 8
+    )  # fmt: skip
+    assert "inexact resume from step 12: the checkpoint ended mid-epoch (step 12, 8 steps an epoch)" in flagged["note"]
+    assert "DataLoader" in flagged["note"] and "inexact" not in exact["note"]
+    # The callback's test is Lightning's own: Lightning warned on the flagged resume only.
+    assert LIGHTNING_WARNS in (mid / "attempts" / "2" / "stderr.log").read_text()
+    assert LIGHTNING_WARNS not in (boundary / "attempts" / "2" / "stderr.log").read_text()
+
+    table = " ".join(cli("status", str(root)).stdout.split())  # the note column may wrap
+    assert table.count("inexact resume from step 12: data order restarted") == 1, table
+    assert table.count("inexact resume") == 1
+    best = {r["cell"]: r for r in cli_json("best", str(root))}
+    assert (best["1.1"]["inexact_resume"], best["1.2"]["inexact_resume"]) == ([12], None)
+
+    for cell in (mid, boundary):  # trainer.test() after the fit: its metric joins the fit's in DONE.json
+        done = json.loads((cell / "DONE.json").read_text())
+        assert set(done["metrics"]) == {"train_loss", "val_loss", "test_loss"}
+        shown = re.search(r"'test_loss': ([0-9.e-]+)", (cell / "attempts" / "2" / "stdout.log").read_text())
+        assert shown and done["metrics"]["test_loss"] == float(shown.group(1))
+
+
+def program(launch_pid: int, marker: str = "") -> psutil.Process:
+    """The user's program under the launch (the child of the `sweepq.attempt` process) whose command holds marker."""
     for p in tree(launch_pid):
         try:
-            if SCRIPT.name in " ".join(p.cmdline()) and "sweepq.attempt" not in " ".join(p.cmdline()):
+            line = " ".join(p.cmdline())
+            if SCRIPT.name in line and marker in line and "sweepq.attempt" not in line:
                 return p
         except psutil.NoSuchProcess:
             continue

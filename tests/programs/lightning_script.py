@@ -24,7 +24,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from sweepq.integrations.lightning import SweepqCallback
@@ -49,6 +49,10 @@ class Regressor(L.LightningModule):
         x, y = batch
         self.log("val_loss", nn.functional.mse_loss(self(x), y), prog_bar=True)
 
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", nn.functional.mse_loss(self(x), y))
+
     def on_train_start(self) -> None:
         print(f"training starts at global step {self.trainer.global_step}", flush=True)
 
@@ -57,7 +61,7 @@ class Regressor(L.LightningModule):
 
 
 class RegressionData(L.LightningDataModule):
-    def __init__(self, data_dir: Path = Path("data"), batch_size: int = 16) -> None:
+    def __init__(self, data_dir: Path = Path("data"), batch_size: int = 16, plain_loader: bool = False) -> None:
         super().__init__()
         self.save_hyperparameters()  # a Path among them: torch.load's weights_only=True refuses it
 
@@ -77,10 +81,15 @@ class RegressionData(L.LightningDataModule):
         self.train_set, self.val_set = TensorDataset(x[:128], y[:128]), TensorDataset(x[128:], y[128:])
 
     def train_dataloader(self):
-        return StatefulDataLoader(self.train_set, batch_size=self.hparams["batch_size"], shuffle=True)
+        # torch's DataLoader (--plain_loader), as most scripts use, cannot resume its position mid-epoch.
+        loader = DataLoader if self.hparams["plain_loader"] else StatefulDataLoader
+        return loader(self.train_set, batch_size=self.hparams["batch_size"], shuffle=True)
 
     def val_dataloader(self):
         return StatefulDataLoader(self.val_set, batch_size=self.hparams["batch_size"])
+
+    def test_dataloader(self):
+        return DataLoader(self.val_set, batch_size=self.hparams["batch_size"])
 
 
 class HoldAt(Callback):
@@ -117,11 +126,13 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hold", default="")
+    parser.add_argument("--plain_loader", action="store_true")
+    parser.add_argument("--test", action="store_true")  # trainer.test() after the fit
     args = parser.parse_args()
 
     L.seed_everything(args.seed)
     model = Regressor(hidden=args.hidden, lr=args.lr)
-    data = RegressionData(data_dir=args.data_dir, batch_size=args.batch_size)
+    data = RegressionData(data_dir=args.data_dir, batch_size=args.batch_size, plain_loader=args.plain_loader)
     sq = SweepqCallback()
     callbacks: list[Callback] = [ModelCheckpoint(monitor="val_loss", save_last=True), sq]
     if args.hold:
@@ -138,6 +149,8 @@ def main() -> None:
         enable_model_summary=False,
     )
     trainer.fit(model, datamodule=data, ckpt_path=sq.ckpt_path)
+    if args.test:
+        print(f"test results {trainer.test(model, datamodule=data)}", flush=True)
     weights = b"".join(t.detach().numpy().tobytes() for t in model.state_dict().values())
     print(f"final global_step {trainer.global_step} weights_sha {hashlib.sha256(weights).hexdigest()}", flush=True)
 
