@@ -179,9 +179,9 @@ def env_with(**extra: str) -> dict[str, str]:
 
 def make_run(root: Path, cell: str = "1.1", **policy: Any) -> Any:
     """A Run as a training process gets it, on `root`: every step due unless `policy` says otherwise."""
-    from sweepq.wire.attempt_spec import AttemptSpec
     from sweepq.run.run import Run
     from sweepq.spec.sweep import CheckpointPolicy, Settings
+    from sweepq.wire.attempt_spec import AttemptSpec
 
     policy = {"every_steps": 1, "auto": False, "keep_last": 100, "keep_best": False, **policy}
     settings = Settings(name="s", form="grouped", spec_dir=".", train="m:f", checkpoint=CheckpointPolicy(**policy))
