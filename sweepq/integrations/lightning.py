@@ -20,7 +20,16 @@ before any callback hook runs. Under sweepq the callback gives the cell
   step from `on_exception`, but one in the middle of a validation keeps
   nothing (Lightning would resume it without its metrics);
 - completion: when a fit reaches its end (epochs, steps, early stopping), the
-  last step is kept and `run.finish(callback_metrics)` puts them in DONE.json.
+  last step is kept and `run.finish(callback_metrics)` puts them in DONE.json;
+  a `trainer.test()` after it adds its metrics there (`run.add_final_metrics`);
+- an inexact resume: resumed mid-epoch with a training loader that cannot
+  restore its position (Lightning's own test, which only warns on stderr), the
+  epoch goes on with other batches; `run.resume_inexact` flags the cell in
+  its receipt, `status` and `best`.
+
+Lightning's loggers start a new `version_N` an attempt; the callback does not
+pin the version: CSVLogger deletes the metrics.csv of a version folder it
+reopens (`_check_log_dir_exists`), which would lose the earlier attempts' logs.
 Outside sweepq every hook does nothing and `ckpt_path` is None.
 
 Lightning's own ModelCheckpoint and loggers keep working: they write in the
