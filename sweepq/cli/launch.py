@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -399,6 +400,9 @@ class Launcher:
         return failures.failure_line(attempt) if attempt is not None else None
 
 
+MakeLauncher = Callable[[Prepared, int, Terminal, bool], Launcher]
+
+
 def exit_code(store: Store, interrupted: bool) -> int:
     if interrupted:
         return 130
@@ -419,9 +423,12 @@ def launch(
     terminal: Terminal,
     live: bool,
     ready_fd: int | None = None,
-    on: str = "local",
+    make_launcher: MakeLauncher | None = None,
 ) -> int:
-    """Run the sweep; `ready_fd` (of `launch --detach`) hears "ready" once the workers started."""
+    """Run the sweep; `ready_fd` (of `launch --detach`) hears "ready" once the workers started.
+
+    `make_launcher` starts the workers elsewhere (`--on slurm`: cli/slurm_launch.py); the default
+    starts them here. The command chooses, so that this module knows no scheduler."""
     terminal.keep_on_hangup()  # first: a hangup while preparing must not stop the launch either
     prepared = prepare(spec, root, accept_changed)  # raises UsageError: nothing written
     terminal.log = RootPaths(prepared.root).launch_log
@@ -430,12 +437,8 @@ def launch(
     except ValueError as e:
         raise UsageError(str(e)) from None
     with launch_lock.held(prepared.root, str(Path(spec).resolve()), _grace_seconds(), workers):  # UsageError: one lives
-        if on == "slurm":  # the workers are a Slurm job array (cli/slurm_launch.py)
-            from sweepq.cli.slurm_launch import SlurmLauncher
-
-            launcher: Launcher = SlurmLauncher(
-                prepared.root, workers, prepared.sweep.slurm, terminal.console(), live, terminal
-            )
+        if make_launcher is not None:
+            launcher = make_launcher(prepared, workers, terminal, live)
         else:
             launcher = Launcher(prepared.root, workers, gpus, terminal.console(), live, terminal)
         store = apply(prepared, launcher)

@@ -134,14 +134,19 @@ def launch_cmd(
         from sweepq.cli.background import launch_detached
 
         sys.exit(launch_detached(spec, root, workers, gpu_list, accept, on))
-    from sweepq.cli.launch import launch
+    from sweepq.cli.launch import MakeLauncher, launch
     from sweepq.cli.terminal import Terminal
 
     terminal = Terminal()
     live = terminal.console().is_terminal and not no_live
     if on == "slurm" and gpu_list:
         raise UsageError("--gpus chooses local GPUs; on Slurm write slurm: {gpus_per_task: N} in the sweep file")
-    sys.exit(launch(spec, root, workers, gpu_list, accept, terminal, live, ready_fd, on))
+    make_launcher: MakeLauncher | None = None
+    if on == "slurm":  # the workers are a Slurm job array
+        from sweepq.cli.slurm_launch import slurm_launcher
+
+        make_launcher = slurm_launcher
+    sys.exit(launch(spec, root, workers, gpu_list, accept, terminal, live, ready_fd, make_launcher))
 
 
 @main.command()

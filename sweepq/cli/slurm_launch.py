@@ -16,10 +16,16 @@ from typing import Any
 
 from rich.console import Console
 
-from sweepq.cli.launch import Launcher
+from sweepq.cli.launch import Launcher, Prepared
 from sweepq.cli.terminal import Terminal
 from sweepq.slurm import submit
 from sweepq.spec.slurm import SlurmOptions
+
+
+def slurm_launcher(prepared: Prepared, workers: int, terminal: Terminal, live: bool) -> Launcher:
+    """`launch(make_launcher=...)`'s choice for `--on slurm`."""
+    return SlurmLauncher(prepared.root, workers, prepared.sweep.slurm, terminal.console(), live, terminal)
+
 
 SQUEUE_EVERY_S = 2.0  # squeue asks slurmctld: not twice a second per launch
 
