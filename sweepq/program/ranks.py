@@ -163,6 +163,7 @@ def supervise(procs: list[subprocess.Popen[bytes]], grace: float) -> Ended:
     exits = {rank: _pidfd(p.pid) for rank, p in alive.items()}
     try:
         while alive:
+            failed: list[int] = []  # ranks that failed on their own since the last look
             for rank, proc in list(alive.items()):
                 pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
                 if not pid:
@@ -172,9 +173,14 @@ def supervise(procs: list[subprocess.Popen[bytes]], grace: float) -> Ended:
                 statuses[rank] = status
                 peak += int(rusage.ru_maxrss) * 1024
                 ends[rank] = RankEnd(rank, proc.pid, code, time.monotonic() - started, rank in signalled)
-                if code != 0 and cause is None and rank not in signalled and forwarded_at is None:
-                    cause, fate_at = rank, time.monotonic()
-                    _send(alive, signal.SIGTERM, signalled)
+                if code != 0 and rank not in signalled and forwarded_at is None:
+                    failed.append(rank)
+            if failed and cause is None:
+                # Seen in the same look, a rank killed by a signal is the cause and a peer that then
+                # raised in a collective (gloo reports the closed connection at once) its consequence.
+                cause = min(failed, key=lambda r: (ends[r].exit_code >= 0, r))
+                fate_at = time.monotonic()
+                _send(alive, signal.SIGTERM, signalled)
             if not alive:
                 break
             now = time.monotonic()
