@@ -79,7 +79,7 @@ def test_bad_slurm_options_are_refused_by_name(extra: str, words: str) -> None:
 def _kubernetes_manifest() -> dict:
     text = SCALE_DOC.read_text()
     section = text[text.index("### Kubernetes") :]
-    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    (block,) = re.findall(r"```yaml fragment\n(.*?)```", section, re.S)  # not a sweep file: a fragment
     return yaml.safe_load(block)
 
 
