@@ -186,8 +186,12 @@ CHECKPOINT_TIMES = (
 )
 EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events ORDER BY at, id"
 CELL_EVENTS = f"SELECT {quoted(EVENT_NAMES)} FROM events WHERE cell_id = ? ORDER BY at, id"
-# Resumes a program declared inexact (Run.resume_inexact, whose event kind this is): status and best flag them.
-INEXACT_RESUMES = "SELECT cell_id, detail FROM events WHERE kind = 'resume_inexact' ORDER BY at, id"
+# Resumes a program declared inexact (Run.resume_inexact, whose event kind this is): status and best flag them,
+# since the cell's last reset (which starts it over: its result no longer comes from that resume).
+INEXACT_RESUMES = (
+    "SELECT e.cell_id, e.detail FROM events e WHERE e.kind = 'resume_inexact' AND NOT EXISTS "
+    "(SELECT 1 FROM events r WHERE r.cell_id = e.cell_id AND r.kind = 'reset' AND r.id > e.id) ORDER BY e.at, e.id"
+)
 
 
 # -- the forecast's spans (forecast/reads.py; kept by attempts.py) --------------------------------------

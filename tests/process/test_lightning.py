@@ -169,6 +169,11 @@ def test_a_mid_epoch_resume_with_a_loader_that_cannot_resume_is_flagged_and_test
         shown = re.search(r"'test_loss': ([0-9.e-]+)", (cell / "attempts" / "2" / "stdout.log").read_text())
         assert shown and done["metrics"]["test_loss"] == float(shown.group(1))
 
+    # A reset starts the cell over: the flag of the resume it no longer comes from goes.
+    assert cli("reset", "1.1", "--root", str(root)).returncode == 0
+    assert "inexact resume" not in cli("status", str(root)).stdout
+    assert [r["inexact_resume"] for r in cli_json("best", str(root))] == [None, None]
+
 
 def program(launch_pid: int, marker: str = "") -> psutil.Process:
     """The user's program under the launch (the child of the `sweepq.attempt` process) whose command holds marker."""
