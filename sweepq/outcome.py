@@ -151,6 +151,10 @@ TRAINING_RULES = (
          lambda e: e.finished and e.nan_step is not None, _nan),
     Rule("finished after a stop, short of the declared end", _CODE,
          lambda e: e.finished and e.stop_requested and not e.reached_end, _finished_early),
+    # train() that returns None after a stop returned from its stop branch, not its end: its results
+    # (DONE.json's metrics) would be lost; the next attempt resumes at the end and returns them.
+    Rule("returned nothing after a stop, at its declared end", _TRAIN,
+         lambda e: e.finished and e.stop_requested and e.metrics is None, _finished_early),
     Rule("finished", _CODE, lambda e: e.finished,
          lambda e: Outcome(Reason.COMPLETED, metrics=None if e.metrics is None else dict(e.metrics))),
     Rule("exits without run.finish() after a non-finite loss", _RUN, lambda e: e.nan_step is not None, _nan),

@@ -65,7 +65,12 @@ def rows() -> list[Row]:
         Row("returned early after a NaN and a stop", Evidence(T, finished=True, nan_step=9, **stopping), "nan"),
         Row("returned early after a stop", Evidence(T, finished=True, **stopping), "preempted",
             "SIGTERM received; emergency checkpoint written by the training code"),
-        Row("returned at the end after a stop", Evidence(T, finished=True, reached_end=True, **stopping), "completed"),
+        Row("returned its results at the end after a stop",
+            Evidence(T, finished=True, reached_end=True, metrics={"acc": 1}, **stopping), "completed", None,
+            {"metrics": {"acc": 1}}),
+        # None after a stop came from the stop branch: completed, DONE.json would hold no results
+        Row("returned nothing at the end after a stop", Evidence(T, finished=True, reached_end=True, **stopping),
+            "preempted", "SIGTERM received; emergency checkpoint written by the training code"),
         Row("returned", Evidence(T, finished=True, metrics={"acc": 1}), "completed", None, {"metrics": {"acc": 1}}),
         # -- a program's Run.from_env()
         Row("program raised while stopping", Evidence(PR, raised=exc(Kind.OTHER), **stopping), "preempted",
