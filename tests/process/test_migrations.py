@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from conftest import HERE
 from sqlalchemy import inspect
 
+from sweepq.errors import UsageError
 from sweepq.queue import database as db
 from sweepq.queue.database import Database
 from sweepq.queue.schema import Base
@@ -113,5 +115,7 @@ def test_the_database_is_where_its_url_says(tmp_path: Path) -> None:
     finally:
         reader.close()
 
-    server = Database("postgresql+psycopg://sweep:secret@db.example/sweeps")
+    server = Database("postgresql+psycopg://sweep:secret@db.example/sweeps", sweep="s")
     assert server.path is None and "secret" not in server.describe()
+    with pytest.raises(UsageError, match=r"needs its name \(--sweep NAME\)"):  # its schema is named by the sweep
+        Database("postgresql+psycopg://sweep:secret@db.example/sweeps")
