@@ -6,7 +6,10 @@ place that picks one (liveness.for_root) import it without importing each other.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 ENV_LEASE = "SWEEPQ_LEASE"  # the token of the lease a training process carries
 
@@ -21,3 +24,35 @@ class Handoff:
 
     env: dict[str, str] = field(default_factory=dict)
     fds: tuple[int, ...] = ()
+
+
+class _Lease(Protocol):
+    @property
+    def held(self) -> bool: ...
+
+    def lost(self) -> str | None: ...
+
+
+L = TypeVar("L", bound=_Lease)
+
+
+def inherit_lease(
+    cell: str, environ: Mapping[str, str] | None, inherited: dict[tuple[str, str], L], make: Callable[[str], L]
+) -> L | None:
+    """The lease of `cell` whose token this process was handed (ENV_LEASE), or None when none was.
+
+    Checked once against its keeper (`lost()`), then remembered in `inherited`: the same handoff asked for
+    again is the same ownership. Raises OwnershipLost when the token is not the lease's holder.
+    """
+    token = (os.environ if environ is None else environ).get(ENV_LEASE)
+    if not token:
+        return None
+    known = inherited.get((cell, token))
+    if known is not None and known.held:
+        return known
+    owned = make(token)
+    why = owned.lost()
+    if why is not None:
+        raise OwnershipLost(f"the lease of cell {cell} handed to this process is not held by it: {why}")
+    inherited[(cell, token)] = owned
+    return owned

@@ -24,7 +24,6 @@ Two rules keep a database outage from turning into false reclaims or two writers
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import sys
@@ -39,7 +38,7 @@ from sqlalchemy import ColumnClause, Connection, Engine, Table, delete, extract,
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 
-from sweepq.queue.handoff import ENV_LEASE, Handoff, OwnershipLost
+from sweepq.queue.handoff import ENV_LEASE, Handoff, OwnershipLost, inherit_lease
 from sweepq.queue.schema import LeaseRow
 
 _LEASES = cast(Table, LeaseRow.__table__)
@@ -194,18 +193,7 @@ class TableLiveness:
             self._renewing.pop(id(owned), None)
 
     def inherit(self, cell: str, environ: Mapping[str, str] | None = None) -> _TableOwnership | None:
-        token = (os.environ if environ is None else environ).get(ENV_LEASE)
-        if not token:
-            return None
-        known = self._inherited.get((cell, token))
-        if known is not None and known.held:
-            return known
-        owned = _TableOwnership(self, cell, token, taker=False)
-        why = owned.lost()
-        if why is not None:
-            raise OwnershipLost(f"the lease of cell {cell} handed to this process is not held by it: {why}")
-        self._inherited[(cell, token)] = owned
-        return owned
+        return inherit_lease(cell, environ, self._inherited, lambda token: _TableOwnership(self, cell, token, False))
 
     def owner_alive(self, cell: str) -> bool:
         token, expires, now, settled = self._look(cell)

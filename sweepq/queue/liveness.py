@@ -37,6 +37,7 @@ from sweepq.queue import lock
 from sweepq.queue.handoff import ENV_LEASE as ENV_LEASE
 from sweepq.queue.handoff import Handoff as Handoff
 from sweepq.queue.handoff import OwnershipLost as OwnershipLost
+from sweepq.queue.handoff import inherit_lease
 
 ENV_LOCK_FD = "SWEEPQ_LOCK_FD"  # the inherited, locked descriptor of a training process
 
@@ -285,18 +286,7 @@ class RegistryLiveness:
         return _LeaseOwnership(self, cell, token, taker=True)
 
     def inherit(self, cell: str, environ: Mapping[str, str] | None = None) -> Ownership | None:
-        token = (os.environ if environ is None else environ).get(ENV_LEASE)
-        if not token:
-            return None
-        known = self._inherited.get((cell, token))
-        if known is not None and known.held:
-            return known
-        owned = _LeaseOwnership(self, cell, token, taker=False)
-        why = owned.lost()
-        if why is not None:
-            raise OwnershipLost(f"the lease of cell {cell} handed to this process is not held by it: {why}")
-        self._inherited[(cell, token)] = owned
-        return owned
+        return inherit_lease(cell, environ, self._inherited, lambda token: _LeaseOwnership(self, cell, token, False))
 
     def owner_alive(self, cell: str) -> bool:
         return self.registry.holder(cell) is not None
