@@ -26,6 +26,7 @@ the queue lives is its question (a server URL may replace the file).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import overload
@@ -45,6 +46,20 @@ def default_root_beside(spec_dir: Path, name: str) -> Path:
 def step_name(step: int) -> str:
     """The folder name of the committed checkpoint at `step` (STEP_DIR reads it back)."""
     return f"step-{step}"
+
+
+def manifest_steps(keys: Iterable[str], folder_key: str) -> list[int]:
+    """The steps, newest first, whose manifest is among the object keys `keys` listed under `folder_key`.
+
+    On an object store (no folders, no renames) a step is committed when `step-N/manifest.json` exists.
+    """
+    found = []
+    for key in keys:
+        parts = key[len(folder_key) + 1 :].split("/")
+        m = STEP_DIR.match(parts[0])
+        if m is not None and parts[1:] == [MANIFEST_NAME]:
+            found.append(int(m.group(1)))
+    return sorted(found, reverse=True)
 
 
 # Hidden names beside the committed `step-*` folders: readers never look at

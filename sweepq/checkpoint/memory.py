@@ -124,13 +124,7 @@ class InMemory:
     # -- reads -------------------------------------------------------------------
 
     def steps(self) -> list[int]:
-        found = []
-        for key in self.bucket.keys(self._key("")):
-            parts = key[len(self.prefix) + 1 :].split("/")
-            m = layout.STEP_DIR.match(parts[0])
-            if m is not None and parts[1:] == [MANIFEST_NAME]:
-                found.append(int(m.group(1)))
-        return sorted(found, reverse=True)
+        return layout.manifest_steps(self.bucket.keys(self._key("")), self.prefix)
 
     def location(self, step: int) -> Path:
         return self.folder / layout.step_name(step)

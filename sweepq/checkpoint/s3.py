@@ -257,13 +257,7 @@ class S3Checkpoints:
 
     def steps(self) -> list[int]:
         """One LIST of the manifests' keys (one page per 1000 steps)."""
-        found = []
-        for key in self._list(self._key("step-")):
-            parts = key[len(self.prefix) + 1 :].split("/")
-            m = layout.STEP_DIR.match(parts[0])
-            if m is not None and parts[1:] == [MANIFEST_NAME]:
-                found.append(int(m.group(1)))
-        return sorted(found, reverse=True)
+        return layout.manifest_steps(self._list(self._key("step-")), self.prefix)
 
     def location(self, step: int) -> Path:
         return self.folder / layout.step_name(step)
