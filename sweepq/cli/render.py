@@ -8,6 +8,7 @@ table keeps to the console's width by the priority order of cli/columns.py.
 from __future__ import annotations
 
 import io
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -99,6 +100,10 @@ def fmt_short_time(t: datetime | None) -> str:
 def fmt_epoch(c: CellRecord) -> str:
     if c.epoch is None and c.total_epochs is None:
         return ""
+    if c.state == CellState.DONE and c.epoch is not None:
+        # Epochs run, counted whole: a library that counts from 0 logs its last epoch's middle (37.5 of 38).
+        ran = math.ceil(c.epoch)
+        return f"{ran}/{fmt_num(c.total_epochs)}" if c.total_epochs else f"{ran}"
     done = "" if c.epoch is None else f"{int(c.epoch)}" if c.epoch == int(c.epoch) else f"{c.epoch:.1f}"
     return f"{done or 0}/{fmt_num(c.total_epochs)}" if c.total_epochs else done
 

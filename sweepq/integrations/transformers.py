@@ -121,6 +121,9 @@ class SweepqCallback(TrainerCallback):
                 f"sweepq cannot keep the Trainer's checkpoint {folder}: {e}. It keeps flat checkpoint folders "
                 "(DeepSpeed's and sharded FSDP checkpoints, which hold folders, are not supported)"
             ) from e
+        # sweepq has its verified copy: the Trainer's own folders stay within its save_total_limit, or
+        # sweepq's keep_last where none is set (the Trainer would keep every one of them).
+        _prune_saved(_output_dir(args), args.save_total_limit or self.run.keep_last, state.best_model_checkpoint)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         if self.run is None:
@@ -252,6 +255,22 @@ def _remove_abandoned(output_dir: Path, step: int) -> None:
         if m and int(m.group(1)) > step and entry.is_dir():
             _say(f"removing {entry}: saved after step {step}, where this attempt starts, by an earlier attempt")
             ownfiles.remove(entry)  # a link there goes itself: what it points at is not this attempt's
+
+
+def _prune_saved(output_dir: Path, limit: int, best: str | None) -> None:
+    """Remove the Trainer's `checkpoint-N/` folders but the newest `limit` and the best model's.
+
+    Only in an output_dir this cell has claimed (`_claim`): a folder another cell writes is never touched.
+    """
+    saved = sorted(
+        (int(m.group(1)), entry)
+        for entry in output_dir.iterdir()
+        if (m := _CHECKPOINT.fullmatch(entry.name)) and entry.is_dir()
+    )
+    keep = {Path(best).name} if best else set()
+    for _, entry in saved[: max(len(saved) - max(limit, 1), 0)]:
+        if entry.name not in keep:
+            ownfiles.remove(entry)  # a link there goes itself: what it points at is not this cell's
 
 
 def _output_dir(args: TrainingArguments) -> Path:

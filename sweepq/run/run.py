@@ -115,8 +115,13 @@ class Run:
         return self.rank == 0
 
     @property
+    def keep_last(self) -> int:
+        """How many of the newest committed checkpoints retention keeps (the sweep's `checkpoint.keep_last`)."""
+        return self._policy.keep_last
+
+    @property
     def should_stop(self) -> bool:
-        """True once a preemption signal (SIGTERM, SIGINT, SIGUSR1, SIGHUP) arrived."""
+        """True once a preemption signal (SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP) arrived."""
         return signals.requested()
 
     def restore(self, state: dict[str, Any], map_location: str | torch.device | None = None) -> bool:

@@ -744,3 +744,11 @@ grid: {optim.lr: [0.0003, 0.0001], optim.name: [adamw]}
     every = table(ran("status", "--all-params", columns="200"))[0].split()
     assert every == ["cell", "group", "state", "model.name", "model.dropout", "seed", "optim.lr", "optim.name"]
     assert ran("best", columns="50").splitlines()[0].split() == ["rank", "cell", "state", "optim.lr", "valida…_top1"]
+
+
+def test_a_done_cells_epochs_are_counted_whole_a_running_cells_as_reached() -> None:
+    """Lightning counts epochs from 0: a fit of 38 epochs ends having logged epoch 37.5, never 38/38."""
+    assert render.fmt_epoch(cell("1.1", CellState.RUNNING, epoch=37.5, total_epochs=38)) == "37.5/38"
+    assert render.fmt_epoch(cell("1.1", CellState.DONE, epoch=37.5, total_epochs=38)) == "38/38"
+    assert render.fmt_epoch(cell("1.1", CellState.DONE, epoch=20.0, total_epochs=38)) == "20/38"  # stopped early
+    assert render.fmt_epoch(cell("1.1", CellState.DONE, epoch=2.5, total_epochs=None)) == "3"
