@@ -26,6 +26,35 @@ class Handoff:
     fds: tuple[int, ...] = ()
 
 
+class LeaseToken:
+    """A lease's token as a process holds it: handed to children, given up once, dropped only by its taker.
+
+    The lease livenesses (the registry's, the database table's) each hold one, beside how they renew.
+    """
+
+    RELEASED = "its ownership was released"
+    EXPIRED = "its lease expired (not renewed in time) or another holder took the cell"
+
+    def __init__(self, cell: str, token: str, taker: bool) -> None:
+        self.cell = cell
+        self.value: str | None = token
+        self.taker = taker  # only the taker drops the lease; an heir just stops using it
+
+    @property
+    def held(self) -> bool:
+        return self.value is not None
+
+    def handoff(self) -> Handoff:
+        if self.value is None:
+            raise OwnershipLost(f"the ownership of cell {self.cell} was released")
+        return Handoff(env={ENV_LEASE: self.value})
+
+    def give_up(self) -> str | None:
+        """Stop holding it; the token to drop where this process took the lease (None for an heir, or again)."""
+        token, self.value = self.value, None
+        return token if self.taker else None
+
+
 class _Lease(Protocol):
     @property
     def held(self) -> bool: ...

@@ -38,7 +38,7 @@ from sqlalchemy import ColumnClause, Connection, Engine, Table, delete, extract,
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 
-from sweepq.queue.handoff import ENV_LEASE, Handoff, OwnershipLost, inherit_lease
+from sweepq.queue.handoff import Handoff, LeaseToken, inherit_lease
 from sweepq.queue.schema import LeaseRow
 
 _LEASES = cast(Table, LeaseRow.__table__)
@@ -216,19 +216,16 @@ class _TableOwnership:
     def __init__(self, liveness: TableLiveness, cell: str, token: str, taker: bool) -> None:
         self.cell = cell
         self._liveness = liveness
-        self._token: str | None = token
-        self._taker = taker  # only the taker drops the lease; an heir just stops using it
+        self.lease = LeaseToken(cell, token, taker)
         #: Until when (this process's monotonic clock) the lease is known to hold without asking.
         self.valid_until = float("-inf")
 
     @property
     def held(self) -> bool:
-        return self._token is not None
+        return self.lease.held
 
     def handoff(self) -> Handoff:
-        if self._token is None:
-            raise OwnershipLost(f"the ownership of cell {self.cell} was released")
-        return Handoff(env={ENV_LEASE: self._token})
+        return self.lease.handoff()
 
     def _unreachable_answer(self) -> str | None:
         left = self.valid_until - self._liveness.monotonic()
@@ -240,7 +237,7 @@ class _TableOwnership:
         )
 
     def renew(self) -> bool:
-        token = self._token
+        token = self.lease.value
         if token is None:
             return False
         sent = self._liveness.monotonic()
@@ -256,18 +253,18 @@ class _TableOwnership:
         return True
 
     def release(self) -> None:
-        token, self._token = self._token, None
+        token = self.lease.give_up()
         self._liveness._stop_renewing(self)
-        if token is not None and self._taker:
+        if token is not None:
             try:
                 self._liveness._drop(self.cell, token)
             except DatabaseUnreachable:
                 pass  # the lease ends at its expiry instead: nobody renews it any more
 
     def lost(self) -> str | None:
-        token = self._token
+        token = self.lease.value
         if token is None:
-            return "its ownership was released"
+            return LeaseToken.RELEASED
         sent = self._liveness.monotonic()
         try:
             holder, expires, now, _ = self._liveness._look(self.cell)
@@ -275,7 +272,7 @@ class _TableOwnership:
             return self._unreachable_answer()
         if holder != token or expires is None or expires <= now:
             self.valid_until = float("-inf")
-            return "its lease expired (not renewed in time) or another holder took the cell"
+            return LeaseToken.EXPIRED
         self.valid_until = sent + (expires - now).total_seconds()
         return None
 

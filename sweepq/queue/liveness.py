@@ -36,8 +36,8 @@ from sweepq.layout import RootPaths
 from sweepq.queue import lock
 from sweepq.queue.handoff import ENV_LEASE as ENV_LEASE
 from sweepq.queue.handoff import Handoff as Handoff
+from sweepq.queue.handoff import LeaseToken, inherit_lease
 from sweepq.queue.handoff import OwnershipLost as OwnershipLost
-from sweepq.queue.handoff import inherit_lease
 
 ENV_LOCK_FD = "SWEEPQ_LOCK_FD"  # the inherited, locked descriptor of a training process
 
@@ -240,34 +240,31 @@ class _LeaseOwnership:
     def __init__(self, liveness: RegistryLiveness, cell: str, token: str, taker: bool) -> None:
         self.cell = cell
         self._liveness = liveness
-        self._token: str | None = token
-        self._taker = taker  # only the taker drops the lease; an heir just stops using it
+        self.lease = LeaseToken(cell, token, taker)
 
     @property
     def held(self) -> bool:
-        return self._token is not None
+        return self.lease.held
 
     def handoff(self) -> Handoff:
-        if self._token is None:
-            raise OwnershipLost(f"the ownership of cell {self.cell} was released")
-        return Handoff(env={ENV_LEASE: self._token})
+        return self.lease.handoff()
 
     def renew(self) -> bool:
         """Extend the lease by a full term (the holder's renewal thread calls this); False when it is lost."""
-        token = self._token
+        token = self.lease.value
         return token is not None and self._liveness.registry.renew(self.cell, token, self._liveness.expire_seconds)
 
     def release(self) -> None:
-        token, self._token = self._token, None
-        if token is not None and self._taker:
+        token = self.lease.give_up()
+        if token is not None:
             self._liveness.registry.drop(self.cell, token)
 
     def lost(self) -> str | None:
-        token = self._token
+        token = self.lease.value
         if token is None:
-            return "its ownership was released"
+            return LeaseToken.RELEASED
         if self._liveness.registry.holder(self.cell) != token:
-            return "its lease expired (not renewed in time) or another holder took the cell"
+            return LeaseToken.EXPIRED
         return None
 
 
