@@ -298,7 +298,8 @@ def test_plan_names_the_command_of_a_wandb_file_without_a_program(tmp_path: Path
     """A W&B file may run a command of its own (`command: [bash, run.sh]`): plan named it "None"."""
     spec = tmp_path / "sweep.yaml"
     spec.write_text("method: grid\ncommand: [bash, run.sh, '${args}']\nparameters: {lr: {values: [0.1]}}\n")
-    planned = CliRunner().invoke(main, ["plan", str(spec)])
+    # As wide as the line: the root is tmp_path's, long enough to wrap at 80 columns.
+    planned = CliRunner().invoke(main, ["plan", str(spec)], env={"COLUMNS": "400"})
     assert planned.exit_code == 0, planned.output
     first = planned.output.splitlines()[0]
     assert "None" not in first and first.endswith("runs bash run.sh ${args}")
