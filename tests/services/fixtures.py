@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Protocol, TypeVar
 
 import pytest
 
@@ -18,23 +20,39 @@ from services.s3 import S3Server, S3Unavailable
 from services.slurm import SlurmCluster, SlurmUnavailable
 
 
+class _Service(Protocol):
+    def start(self) -> object: ...
+
+    def stop(self) -> object: ...
+
+
+S = TypeVar("S", bound=_Service)
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
+@contextmanager
+def running(service: S, unavailable: tuple[type[Exception], ...], noun: str) -> Iterator[S]:
+    """`service` started and, at the end, stopped; one that cannot start fails the run in CI, else skips."""
+    try:
+        service.start()
+    except unavailable as e:
+        if in_ci():
+            pytest.fail(f"CI needs a {noun} for these tests and none started: {e}", pytrace=False)
+        pytest.skip(f"no {noun}: {e}")
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    try:
-        server.start()
-    except (PostgresUnavailable, ImportError) as e:  # ImportError: psycopg (the `postgres` extra) missing
-        if in_ci():
-            pytest.fail(f"CI needs a PostgreSQL server for these tests and none started: {e}", pytrace=False)
-        pytest.skip(f"no PostgreSQL server: {e}")
-    try:
+    # ImportError: psycopg (the `postgres` extra) missing
+    with running(PostgresServer(), (PostgresUnavailable, ImportError), "PostgreSQL server") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -46,33 +64,15 @@ def postgres_url(postgres_server: PostgresServer) -> str:
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """One throwaway single-node Slurm per test process (tests/services/slurm.py); SLURM_CONF names it."""
-    cluster = SlurmCluster()
-    try:
-        cluster.start()
-    except SlurmUnavailable as e:
-        if in_ci():
-            pytest.fail(f"CI needs a Slurm cluster for these tests and none started: {e}", pytrace=False)
-        pytest.skip(f"no Slurm cluster: {e}")
-    try:
+    with running(SlurmCluster(), (SlurmUnavailable,), "Slurm cluster") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     """One throwaway S3 server (moto, in this process, on the loopback) per test process (tests/services/s3.py)."""
-    server = S3Server()
-    try:
-        server.start()
-    except S3Unavailable as e:
-        if in_ci():
-            pytest.fail(f"CI needs an S3 server for these tests and none started: {e}", pytrace=False)
-        pytest.skip(f"no S3 server: {e}")
-    try:
+    with running(S3Server(), (S3Unavailable,), "S3 server") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
