@@ -3,7 +3,7 @@
 Real launches with real workers: workers killed with a real SIGKILL (one, then every one, again and again
 up to the limit), a live launch whose `.sweepq/launch.json` is truncated, overwritten with garbage or
 deleted and replaced, and `status --watch` watching a launch that is stopped. Each cell is held at its
-first checkpoint (the gated trainer below) until its gate file is removed, so that it surely is
+first checkpoint (gated_sweep.py) until its gate file is removed, so that it surely is
 mid-training when a worker dies, whatever the machine's speed.
 """
 
@@ -14,59 +14,17 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import SWEEPQ, cli, cmdline, env_with, kill_tree, wait_for, write
+from conftest import SWEEPQ, cli, cmdline, env_with, kill_tree, wait_for
+from gated_sweep import HANG_GUARD_S, gated_sweep, held
 
 from sweepq.layout import RootPaths
 from sweepq.queue.store import Store
 
 pytestmark = pytest.mark.process
 
-SPEC = """
-name: sup
-train: gated:train
-root: runs/sup
-params: {steps: 40, delay: 0.01}
-checkpoint: {every_steps: 20}
-groups:
-  - name: a
-    grid: {seed: SEEDS}
-"""
-GATED = '''
-"""tests/trainers.train, held after each checkpoint while the file gate-<cell> exists (or until a stop)."""
-import time
-from pathlib import Path
-
-import trainers
-
-
-def train(cfg, run):
-    gate = Path(f"gate-{run.cell}")  # in the sweep file's folder, the training process's working folder
-    checkpoint = run.checkpoint
-
-    def held(*args, **kwargs):
-        taken = checkpoint(*args, **kwargs)
-        while taken and gate.exists() and not run.should_stop:
-            time.sleep(0.01)
-        return taken
-
-    run.checkpoint = held
-    return trainers.train(cfg, run)
-'''
-HANG_GUARD_S = 120.0  # only against a hang: every wait below is for a condition
-
 
 def sweep(sweep_dir: Path, cells: int) -> tuple[Path, Path]:
-    """A sweep of `cells` cells, each held at its checkpoints until its gate is opened."""
-    write(sweep_dir / "gated.py", GATED)
-    for i in range(1, cells + 1):
-        write(sweep_dir / f"gate-1.{i}", "")
-    seeds = str(list(range(1, cells + 1)))
-    return write(sweep_dir / "sup.yaml", SPEC.replace("SEEDS", seeds)), sweep_dir / "runs" / "sup"
-
-
-def held(root: Path, *cells: str) -> bool:
-    """Every cell of `cells` has committed a checkpoint (and so waits at its gate, or has stopped)."""
-    return all(any((root / "cells" / c / "checkpoints").glob("step-*")) for c in cells)
+    return gated_sweep(sweep_dir, cells, "sup")
 
 
 def launch(sweep_dir: Path, spec: Path, workers: int, **env: str) -> tuple[subprocess.Popen[bytes], Path]:

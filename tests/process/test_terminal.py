@@ -1,7 +1,7 @@
 """The terminal going away never stops training: a real pty hung up (SIGHUP ignored or not), a stdout
 pipe whose reader left, and `launch --detach` with `sweepq stop`.
 
-Each cell is held at its first checkpoint (gated.py below) while the terminal goes away, so that it
+Each cell is held at its first checkpoint (gated_sweep.py) while the terminal goes away, so that it
 surely goes away mid-training, whatever the machine's speed.
 """
 
@@ -20,56 +20,14 @@ from pathlib import Path
 
 import pytest
 from conftest import SWEEPQ, cli, kill_tree, wait_for, write
+from gated_sweep import HANG_GUARD_S, gated_sweep, held
 
 from sweepq.layout import RootPaths
 from sweepq.queue.store import Store
 
-SPEC = """
-name: term
-train: gated:train
-root: runs/term
-params: {steps: 40, delay: 0.01}
-checkpoint: {every_steps: 20}
-groups:
-  - name: a
-    grid: {seed: SEEDS}
-"""
-GATED = '''
-"""tests/trainers.train, held after a checkpoint while the file gate-<cell> exists (or until a stop)."""
-import time
-from pathlib import Path
-
-import trainers
-
-
-def train(cfg, run):
-    gate = Path(f"gate-{run.cell}")  # in the sweep file's folder, the training process's working folder
-    checkpoint = run.checkpoint
-
-    def held(*args, **kwargs):
-        taken = checkpoint(*args, **kwargs)
-        while taken and gate.exists() and not run.should_stop:
-            time.sleep(0.01)
-        return taken
-
-    run.checkpoint = held
-    return trainers.train(cfg, run)
-'''
-HANG_GUARD_S = 120.0  # only against a hang: every wait below is for a condition
-
 
 def sweep(sweep_dir: Path, cells: int) -> tuple[Path, Path]:
-    """A sweep of `cells` cells, each held at its first checkpoint until its gate is opened."""
-    write(sweep_dir / "gated.py", GATED)
-    for i in range(1, cells + 1):
-        write(sweep_dir / f"gate-1.{i}", "")
-    seeds = str(list(range(1, cells + 1)))
-    return write(sweep_dir / "term.yaml", SPEC.replace("SEEDS", seeds)), sweep_dir / "runs" / "term"
-
-
-def held(root: Path, *cells: str) -> bool:
-    """Every cell of `cells` has committed a checkpoint (and so waits at its gate)."""
-    return all(any((root / "cells" / c / "checkpoints").glob("step-*")) for c in cells)
+    return gated_sweep(sweep_dir, cells, "term")
 
 
 def open_gate(sweep_dir: Path, cell: str) -> None:
