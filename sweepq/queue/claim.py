@@ -23,8 +23,15 @@ ms, and with eight claimers a waiter misses turns for hundreds of
 milliseconds, where the kernel wakes the next one at once. The statements are
 compiled once and run on the driver's cursor (prepared.py), on a connection
 the store keeps for its claims; on SQLite the transaction is begun and ended
-there too (`_transaction`). On PostgreSQL the pick would be `SELECT ...
-FOR UPDATE SKIP LOCKED LIMIT 1` in the same UPDATE, without the turn.
+there too (`_transaction`).
+
+On PostgreSQL there is no turn: the pick is `SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1`, and the
+whole claim is ONE statement of data-modifying CTEs (`_server_claim`: pick, UPDATE of the cell,
+INSERT of the attempt), since on a server each statement, BEGIN and COMMIT is a round trip. When
+the ownership is a lease in the same database (leases.py's `TableLiveness`, a worker's), the
+lease's INSERT ... ON CONFLICT is a CTE of that statement too, and the claim runs in autocommit:
+one round trip, the ownership committed with the claim. Any other ownership (`take`) is taken as
+above, between the statement and the COMMIT.
 """
 
 from __future__ import annotations
@@ -36,12 +43,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Connection,
+    Engine,
     FromClause,
     Select,
     Table,
@@ -62,6 +70,9 @@ from sweepq.queue.records import Claim, WorkerInfo
 from sweepq.queue.schema import CELLS, AttemptRow, CellRow, UTCDateTime, cell_order, live
 from sweepq.queue.states import CellState
 from sweepq.queue.transactions import Transactions
+
+if TYPE_CHECKING:
+    from sweepq.queue.leases import TableLiveness
 
 # The claim's statements are Core, built once and run with parameters: building an ORM
 # statement costs more than SQLite's whole claim.
@@ -148,6 +159,99 @@ def _claim_statement(dialect: Dialect, named: bool, skip: tuple[str, ...] = (), 
 
 
 @lru_cache(maxsize=32)
+def _server_claim(
+    dialect: Dialect, named: bool, skip: tuple[str, ...] = (), schema: str | None = None, leased: bool = False
+) -> Prepared:
+    """The claim on a server as ONE statement: pick, (lease,) cell, attempt, each a CTE of the next.
+
+        WITH picked AS (SELECT <claim_pick> AS id),                 -- FOR UPDATE SKIP LOCKED inside
+             lease AS (INSERT INTO leases ... SELECT FROM picked    -- `leased` only: the ownership
+                       ON CONFLICT DO UPDATE WHERE expired, settled RETURNING ...),
+             claimed AS (UPDATE cells ... WHERE id = <lease's or picked's id> RETURNING ...),
+             attempt AS (INSERT INTO attempts ... SELECT FROM claimed RETURNING number)
+        SELECT picked.id, lease.cell_id, lease.expires_at, now(), claimed.*, attempt.number ...
+
+    The pick, the guard, the order and the fence are `_claim_statement`'s (the same Core pieces);
+    each round trip saved is most of a claim's cost on a server (BEGIN, UPDATE, INSERT, COMMIT each
+    wait for the network and the server's turn). With `leased` the lease row (leases.py's `take`,
+    in the server's clock) is taken in the same statement, so the claim runs in autocommit: the
+    ownership is committed with the claim, never after it. A lease held by a live owner (or an
+    expired one before this process settled) is not taken, and then nothing else is changed: the
+    cell is updated only where the lease CTE returned it. SQLite has no data-modifying CTEs (no
+    UPDATE or INSERT in WITH): its claim stays `_claim_statement` and `_attempt_insert` inside
+    BEGIN IMMEDIATE, where each statement is a call into the same process, not a round trip.
+    """
+    from sqlalchemy import DateTime, Float, String, and_, literal_column, true
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+    from sweepq.queue.leases import LEASES, SECOND
+
+    c = CELLS.c
+    picked = select((bindparam("cell", type_=String()) if named else claim_pick(skip)).label("id")).cte("picked")
+    lease = None
+    target: Any = select(picked.c.id).scalar_subquery()
+    if leased:
+        rows = select(
+            picked.c.id,
+            bindparam("token", type_=String()),
+            func.now() + SECOND * bindparam("expire", type_=Float()),
+            func.now(),
+            bindparam("host", type_=String()),
+        ).where(picked.c.id.is_not(None))
+        ins = pg_insert(LEASES).from_select(["cell_id", "token", "expires_at", "renewed_at", "host"], rows)
+        # leases.py's `_acquire`: an expired lease is taken only once this process settled (its first
+        # successful statement a full term ago, in the server's clock; NULL before: not taken).
+        settled = func.now() - bindparam("connected_at", type_=DateTime(timezone=True)) >= SECOND * bindparam(
+            "settle", type_=Float()
+        )
+        lease = (
+            ins.on_conflict_do_update(
+                index_elements=[LEASES.c.cell_id],
+                set_={k: ins.excluded[k] for k in ("token", "expires_at", "renewed_at", "host")},
+                where=and_(LEASES.c.expires_at <= func.now(), settled),
+            )
+            .returning(LEASES.c.cell_id, LEASES.c.expires_at)
+            .cte("lease")
+        )
+        target = select(lease.c.cell_id).scalar_subquery()
+    # The cell's nan_step goes to the attempt and is cleared on the cell (a rollback is this attempt's
+    # alone, as `_nan_cleared` does on SQLite): RETURNING gives new values, so the old one is read from
+    # `was`, the same row. The pick locked it, and no write moves a claimable cell's nan_step.
+    was = CELLS.alias("was")
+    sources = or_(*(c.state == str(x) for x in sorted(states.sources_of(CellState.RUNNING))))
+    claimed = (
+        update(CELLS)
+        .where(c.id == target, was.c.id == c.id, sources, live(), retry_due(now_param()))
+        .values(
+            state=str(CellState.RUNNING),
+            attempts=c.attempts + 1,
+            retry_after=None,
+            updated_at=now_param(),
+            nan_step=None,
+        )
+        .returning(c.id, c.attempts, c.cfg, was.c.nan_step, c.last_reason)
+        .cte("claimed")
+    )
+    a = claimed.c
+    opened: dict[str, ColumnElement[Any]] = {k: bindparam(f"a_{k}", type_=ATTEMPTS.c[k].type) for k in _OPENED}
+    opened.update(cell_id=a.id, number=a.attempts, started_at=now_param(), nan_step=a.nan_step)
+    attempt = (
+        insert(ATTEMPTS)
+        .from_select(list(_OPENED), select(*(opened[k] for k in _OPENED)).select_from(claimed))
+        .returning(ATTEMPTS.c.number)
+        .cte("attempt")
+    )
+    returns = (a.id, a.attempts, a.cfg, a.nan_step, a.last_reason)
+    joined = picked.outerjoin(claimed, true()).outerjoin(attempt, true())
+    held: tuple[Any, ...] = (picked.c.id, literal_column("NULL"), literal_column("NULL"))
+    if lease is not None:
+        joined = joined.outerjoin(lease, true())
+        held = (picked.c.id, lease.c.cell_id, lease.c.expires_at)
+    stmt = select(*returns, attempt.c.number, *held, func.now()).select_from(joined)
+    return Prepared(stmt, dialect, returns, schema)
+
+
+@lru_cache(maxsize=32)
 def _attempt_insert(dialect: Dialect, schema: str | None = None) -> Prepared:
     """The claimed attempt's row (its parameters are the column names, prefixed `a_`)."""
     values = {k: bindparam(f"a_{k}", type_=ATTEMPTS.c[k].type) for k in _OPENED}
@@ -193,31 +297,59 @@ class _Made:
     """A claim's statements with their parameters, made before its turn: inside the turn only the
     database works (and the claim's time is stamped again). A turn passes from process to process,
     and each runs its part on caches the others have filled (measured with 8 claimers on 2 cores: the
-    holder's CPU time 1.6x one claimer's), so what can be done before or after the turn is done there."""
+    holder's CPU time 1.6x one claimer's), so what can be done before or after the turn is done there.
+
+    On a server the claim is one statement (`_server_claim`); with `lease`, a `TableLiveness` of the
+    same database, it takes the cell's lease too. After `take`: `picked`, the cell the pick chose
+    (None: nothing claimable), and `now`, the server's time of the statement."""
 
     def __init__(
-        self, conn: Connection, named: bool, values: dict[str, Any], worker: WorkerInfo, skip: tuple[str, ...] = ()
+        self,
+        conn: Connection,
+        named: bool,
+        values: dict[str, Any],
+        worker: WorkerInfo,
+        skip: tuple[str, ...] = (),
+        lease: TableLiveness | None = None,
     ) -> None:
-        self.values, self.worker, self.skip = values, worker, skip
+        self.values, self.worker, self.skip, self.lease = values, worker, skip, lease
+        self.named = named
         self.schema = schema_of(conn)
+        self.server = conn.dialect.name != "sqlite"
+        opened: tuple[Any, ...] = (None, None, worker.worker, worker.host, worker.pid, values["now"], 0, None, [])
+        attempt = {f"a_{k}": v for k, v in zip(_OPENED, opened, strict=True)}
+        self.terms: dict[str, Any] = {} if lease is None else lease.claim_terms()
+        self.picked: str | None = None
+        self.now: datetime | None = None
+        if self.server:
+            self.claim = _server_claim(conn.dialect, named, skip, self.schema, lease is not None)
+            self.claim_args = self.claim.args({"cell": None, **values, **attempt, **self.terms})
+            return
         self.claim = _claim_statement(conn.dialect, named, skip, self.schema)
         self.claim_args = self.claim.args(values)
         self.insert = _attempt_insert(conn.dialect, self.schema)
-        opened: tuple[Any, ...] = (None, None, worker.worker, worker.host, worker.pid, values["now"], 0, None, [])
-        self.insert_args = self.insert.args({f"a_{k}": v for k, v in zip(_OPENED, opened, strict=True)})
+        self.insert_args = self.insert.args(attempt)
 
     def stamp(self, now: Any) -> None:
         """The claim's time, read again inside its transaction (`_claim_first` says why)."""
         self.claim.put(self.claim_args, "now", now)
-        self.insert.put(self.insert_args, "a_started_at", now)
+        if not self.server:
+            self.insert.put(self.insert_args, "a_started_at", now)
 
     def passing_over(self, conn: Connection, cell: str) -> _Made:
         """The same claim made again, `cell` passed over."""
-        return _Made(conn, False, self.values, self.worker, (*self.skip, cell))
+        return _Made(conn, False, self.values, self.worker, (*self.skip, cell), self.lease)
 
     def take(self, conn: Connection) -> tuple[Any, ...] | None:
-        """The claim's statements in `conn`'s transaction: the guarded UPDATE, then the attempt's row. The
-        UPDATE's row as the driver gives it (None: nothing to claim); `claim_of` converts it."""
+        """The claim's statements in `conn`'s transaction (on a server with `lease`: the one statement,
+        in autocommit). The cell's row as the driver gives it (None: not claimed); `claim_of` converts it."""
+        if self.server:
+            row = self.claim.execute(conn, self.claim_args)
+            assert row is not None  # the pick's row is always there, its id NULL when nothing is claimable
+            self.picked, self.now = row[6], row[9]
+            if self.lease is not None and row[7] is None:
+                return None  # its lease is held: nothing was changed (`Claims._leased` passes it over)
+            return None if row[0] is None else row[:5]
         row = self.claim.execute(conn, self.claim_args)
         if row is None:
             return None
@@ -239,6 +371,11 @@ class _Held(Exception):
     def __init__(self, cell: str) -> None:
         super().__init__(cell)
         self.cell = cell
+
+
+def schema_of_engine(engine: Engine) -> str | None:
+    """The sweep schema `engine`'s statements are mapped to (pg_schema.execution_options); None on SQLite."""
+    return cast(str | None, (engine.get_execution_options().get("schema_translate_map") or {}).get(None))
 
 
 def _wait_turn(path: str | None) -> int | None:
@@ -271,7 +408,7 @@ class Claims:
     def __init__(self, tx: Transactions) -> None:
         self.tx = tx
         self._mutex = threading.Lock()
-        self._kept: tuple[Connection, str | None, int] | None = None
+        self._kept: dict[bool, tuple[Connection, str | None, int] | None] = {False: None, True: None}
 
     def next(self, worker: WorkerInfo, take: Callable[[str], Ownership | None]) -> tuple[Claim, Ownership] | None:
         """Claim the next cell in claim order and own it: (its claim, its ownership); None when none is left.
@@ -280,6 +417,9 @@ class Claims:
         write transaction, before the commit (see the module's docstring).
         """
         assert self.tx.batch_session is None, "a claim is its own transaction"
+        lease = self._lease_of(take)
+        if lease is not None:
+            return self._leased(worker, lease)
         # One claim at a time per store: threads that share a store share its claim connection.
         with self._mutex:
             conn, turn = self._claimer()
@@ -298,6 +438,48 @@ class Claims:
         except BaseException:
             owner.release()  # committed and unowned: the reaper ends the attempt
             raise
+
+    def _lease_of(self, take: Callable[[str], Ownership | None]) -> TableLiveness | None:
+        """The lease table `take` takes from, when it is this store's server database: its lease is then
+        taken by the claim's own statement (`_server_claim`). None for any other ownership (file locks,
+        a registry, another database), which `take` itself takes inside the claim's transaction."""
+        if not self.tx.database.is_server:
+            return None
+        from sweepq.queue.leases import TableLiveness
+
+        owner = getattr(take, "__self__", None)
+        if not isinstance(owner, TableLiveness) or getattr(take, "__func__", None) is not TableLiveness.take:
+            return None
+        mine = (self.tx.writer.url, schema_of_engine(self.tx.writer))
+        return owner if (owner.engine.url, schema_of_engine(owner.engine)) == mine else None
+
+    def _leased(self, worker: WorkerInfo, lease: TableLiveness) -> tuple[Claim, Ownership] | None:
+        """A claim on a server whose lease the same statement takes: one round trip, in autocommit. A cell
+        whose lease a live process holds (one about to close its own attempt) is passed over."""
+        with self._mutex:
+            conn = self._claimer(autocommit=True)[0]
+            made = _Made(conn, False, {"now": self.tx.clock()}, worker, lease=lease)
+            while True:
+                made.stamp(self.tx.clock())
+                try:
+                    row = made.take(conn)
+                except DBAPIError as e:
+                    if e.connection_invalidated or type(e).__name__ in ("OperationalError", "InterfaceError"):
+                        lease.unreachable()
+                    raise
+                assert made.now is not None
+                if made.picked is None:
+                    lease.answered(made.now)
+                    return None
+                if row is not None:
+                    owner = lease.claimed(made.picked, made.terms, made.now)
+                    try:
+                        return made.claim_of(row), owner
+                    except BaseException:
+                        owner.release()  # committed and unowned: the reaper ends the attempt
+                        raise
+                lease.answered(made.now)
+                made = made.passing_over(conn, made.picked)
 
     def _claim_first(
         self, conn: Connection, made: _Made, take: Callable[[str], Ownership | None]
@@ -338,19 +520,24 @@ class Claims:
             row = made.take(conn)
             return None if row is None else made.claim_of(row)
 
-    def _claimer(self) -> tuple[Connection, str | None]:
-        """What claims keep between them: a connection (a checkout from the pool costs more), the turn's file."""
-        kept = self._kept
+    def _claimer(self, autocommit: bool = False) -> tuple[Connection, str | None]:
+        """What claims keep between them: a connection (a checkout from the pool costs more), the turn's file.
+        `autocommit`: a server's connection whose every statement is its own transaction (`_leased`)."""
+        kept = self._kept[autocommit]
         # A forked child never uses its parent's connection (SQLite's file locks are per process).
         if kept is None or kept[0].closed or kept[2] != os.getpid():
             turn = None if self.tx.database.path is None else str(self.tx.paths.claim_lock)
-            kept = self._kept = (self.tx.writer.connect(), turn, os.getpid())
+            conn = self.tx.writer.connect()
+            if autocommit:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            kept = self._kept[autocommit] = (conn, turn, os.getpid())
         return kept[0], kept[1]
 
     def close(self) -> None:
-        kept, self._kept = self._kept, None
-        if kept is not None and kept[2] == os.getpid():
-            kept[0].close()
+        for autocommit in (False, True):
+            kept, self._kept[autocommit] = self._kept[autocommit], None
+            if kept is not None and kept[2] == os.getpid():
+                kept[0].close()
 
     def claimable(self, limit: int | None = None) -> list[str]:
         """Cell ids a worker may claim now, in claim order: interrupted first, then queued (the first `limit`).

@@ -43,6 +43,7 @@ from sweepq.queue.schema import LeaseRow
 
 _LEASES = cast(Table, LeaseRow.__table__)
 _SECOND: ColumnClause[Any] = literal_column("interval '1 second'")
+LEASES, SECOND = _LEASES, _SECOND  # for the claim, which takes a lease in its own statement (claim.py)
 
 
 class DatabaseUnreachable(RuntimeError):
@@ -166,6 +167,40 @@ class TableLiveness:
         if self.renew_seconds is not None:
             self._renew_from_thread(owned)
         return owned
+
+    # -- a lease taken inside the claim's statement (claim.py `_server_claim`) ---------------------
+
+    def claim_terms(self) -> dict[str, Any]:
+        """The parameters of a lease taken by a claim's own statement, as `_acquire` would take it: a new
+        token, this host, the term, and when this process's run of successful statements began (None:
+        not settled, no expired lease is taken), reset after half a term of quiet as `_note` does."""
+        mono = self.monotonic()
+        quiet = self.last_ok is not None and mono - self.last_ok > self.settle_seconds / 2
+        return {
+            "token": secrets.token_hex(16),
+            "host": self.host,
+            "expire": self.expire_seconds,
+            "settle": self.settle_seconds,
+            "connected_at": None if quiet else self.connected_at,
+            "sent": mono,
+        }
+
+    def claimed(self, cell: str, terms: Mapping[str, Any], now: datetime) -> _TableOwnership:
+        """The ownership of the lease a claim's statement took with `terms`, at the server's `now`."""
+        self._note(now)
+        owned = _TableOwnership(self, cell, terms["token"], taker=True)
+        owned.valid_until = terms["sent"] + self.expire_seconds
+        if self.renew_seconds is not None:
+            self._renew_from_thread(owned)
+        return owned
+
+    def answered(self, now: datetime) -> None:
+        """A claim's statement succeeded at the server's `now` without taking a lease (nothing to claim)."""
+        self._note(now)
+
+    def unreachable(self) -> None:
+        """A claim's statement could not reach the server: the next success starts a new term to wait."""
+        self.connected_at = None
 
     def _renew_from_thread(self, owned: _TableOwnership) -> None:
         with self._guard:

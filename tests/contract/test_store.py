@@ -131,15 +131,18 @@ def test_interrupted_cells_come_first_then_queued_ones_by_cell_order(store: Stor
     assert store.claimable() == ["1.9", "1.10", "2.2", *queued]
 
 
-def test_claim_next_takes_the_claim_order_and_skips_cells_with_a_live_owner(store: Store, root: Path) -> None:
+def test_claim_next_takes_the_claim_order_and_skips_cells_with_a_live_owner(
+    store: Store, owners: LivenessBackend, tmp_path: Path
+) -> None:
+    """Over every liveness: on PostgreSQL with its lease table, the claim's own statement takes the lease."""
     run_once(store, "1.3", Reason.PREEMPTED)
-    owners, elsewhere = FileLockLiveness(root), FileLockLiveness(root)
+    mine, elsewhere = owners.make(tmp_path), owners.make(tmp_path)
     busy = elsewhere.take("1.1")  # a live process owns 1.1 (its attempt not yet in the queue)
     assert busy is not None
     taken: list[Ownership] = []
     order = []
     for _ in range(3):
-        got = store.claim_next(WORKER, owners.take)
+        got = store.claim_next(WORKER, mine.take)
         assert got is not None
         won, owner = got
         assert owner.cell == won.cell and owner.lost() is None
@@ -147,7 +150,10 @@ def test_claim_next_takes_the_claim_order_and_skips_cells_with_a_live_owner(stor
         order.append((won.cell, won.number))
         taken.append(owner)
     assert order == [("1.3", 2), ("1.2", 1), ("1.4", 1)]
-    assert store.cell("1.1").state is CellState.QUEUED
+    assert store.cell("1.1").state is CellState.QUEUED and busy.lost() is None
+    assert [a.number for a in store.attempts("1.3")] == [1, 2] and store.attempts("1.1") == []
+    for o in taken:  # each ownership is its cell's alone: the others' owners see a live owner
+        assert owners.make(tmp_path).take(o.cell) is None
     for o in [*taken, busy]:
         o.release()
 
@@ -185,13 +191,16 @@ def test_a_claim_is_won_once_across_stores(store: Store, opened: Callable[[], St
     assert [a.worker for a in other.attempts("1.2")] == ["host-a:100"]
 
 
-def test_two_stores_racing_claim_every_cell_exactly_once(store: Store, opened: Callable[[], Store], root: Path) -> None:
+def test_two_stores_racing_claim_every_cell_exactly_once(
+    store: Store, opened: Callable[[], Store], owners: LivenessBackend, tmp_path: Path
+) -> None:
     stores = [store, opened()]
     won: list[list[str]] = [[], []]
+    views = [owners.make(tmp_path) for _ in stores]
 
     def worker(i: int) -> None:
-        owners, info = FileLockLiveness(root), WorkerInfo(f"w{i}", "h", i)
-        while (got := stores[i].claim_next(info, owners.take)) is not None:
+        info = WorkerInfo(f"w{i}", "h", i)
+        while (got := stores[i].claim_next(info, views[i].take)) is not None:
             won[i].append(got[0].cell)
             got[1].release()  # the cell stays running: only its ownership ends
 

@@ -12,16 +12,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import cast
 
 import pytest
 from sqlalchemy import Engine, Table, create_engine, func, select, text, update
 from sqlalchemy.pool import NullPool
+from unit.support import SWEEP_YAML, WORKER, sweep_from
 
-from sweepq.queue.database import upgrade
+from sweepq.queue import reconcile
+from sweepq.queue.database import Database, upgrade
 from sweepq.queue.leases import DatabaseUnreachable, TableLiveness
 from sweepq.queue.pg_schema import execution_options
+from sweepq.queue.records import Outcome
 from sweepq.queue.schema import LeaseRow
+from sweepq.queue.states import CellState, Reason
+from sweepq.queue.store import Store
 
 SWEEP = "leases"
 TERM = 1.0  # seconds: a test waits at most a few terms
@@ -139,3 +145,46 @@ def test_a_taker_renews_its_leases_from_a_thread_until_it_releases_them(
     assert "cell 1.2 is no longer this worker's" in capfd.readouterr().err
     kept.release()
     assert not reaper.owner_alive("1.1") and reaper.take("1.1") is not None
+
+
+def test_a_claim_takes_its_cells_lease_in_its_own_statement_by_the_same_rules(
+    engines: Callable[..., Engine], postgres_url: str, tmp_path: Path
+) -> None:
+    """The claim on a server takes the lease inside its one statement (queue/claim.py `_server_claim`):
+    committed with the claim, in the server's clock, and never an expired lease before a full term."""
+    store = Store.open(tmp_path / "root", create=True, database=Database(postgres_url, sweep=SWEEP))
+    try:
+        sweep = sweep_from(SWEEP_YAML, tmp_path)
+        store.apply_reconcile(sweep.settings, str(sweep.path), lambda existing: reconcile.plan(sweep, existing, False))
+        holder = TableLiveness(engines(), TERM)
+        got = store.claim_next(WORKER, holder.take)
+        assert got is not None and got[0].cell == "1.1" and got[1].lost() is None
+        with engines().connect() as conn:
+            table = cast(Table, LeaseRow.__table__)
+            host, expires, now = conn.execute(select(table.c.host, table.c.expires_at, func.now())).one()
+        assert host == holder.host and timedelta(0) < expires - now <= timedelta(seconds=TERM)
+        # Its attempt ends while its lease lives on (the holder is about to release it): the cell is
+        # claimable first (interrupted), and passed over while its lease is live.
+        assert store.finish("1.1", 1, Outcome(reason=str(Reason.PREEMPTED))) is CellState.INTERRUPTED
+        other = TableLiveness(engines(), TERM)
+        second = store.claim_next(WORKER, other.take)
+        assert second is not None and second[0].cell == "1.2"
+        expire_now(engines(), "1.1")  # its holder could not renew (an outage)
+        late = TableLiveness(engines(), TERM)  # just connected: cannot tell a dead holder from a cut-off one
+        third = store.claim_next(WORKER, late.take)
+        assert third is not None and third[0].cell == "1.3"
+        assert store.cell("1.1").state is CellState.INTERRUPTED
+        assert late.connected_at is not None
+        until = late.connected_at + timedelta(seconds=TERM)
+        deadline = time.monotonic() + 60 * TERM  # only a stuck server runs this out
+        while late.owner_alive("1.1"):
+            assert time.monotonic() < deadline
+            time.sleep(TERM / 10)
+        assert server_now(engines()) >= until
+        fourth = store.claim_next(WORKER, late.take)  # settled: the expired lease is a dead holder's
+        assert fourth is not None and (fourth[0].cell, fourth[0].number) == ("1.1", 2)
+        assert got[1].lost() is not None and fourth[1].lost() is None
+        for c in (got, second, third, fourth):
+            c[1].release()
+    finally:
+        store.close()
