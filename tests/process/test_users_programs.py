@@ -1,8 +1,8 @@
 """Programs nobody on the project wrote the sweepq way, through the real CLI, killed with real SIGKILLs.
 
-* a nanoGPT-style script (tests/programs/nanogpt_like/) that opens `configurator.py` and `data/` by
-  relative names and resumes from its own `ckpt.pt` only when told `--init_from=resume`: `inputs:`
-  links them into each cell's folder, `resume_args:` tells the retry to resume;
+* nanoGPT's own `train.py` (tests/programs/nanogpt/, vendored unchanged) that opens `configurator.py` and
+  `data/` by relative names and resumes from its own `ckpt.pt` only when told `--init_from=resume`:
+  `inputs:` links them into each cell's folder, `resume_args:` tells the retry to resume;
 * a Hydra app (tests/programs/hydra_app/) swept over a config group choice and a key inside it
   (`db: [mysql, postgresql]` with `db.user`), whose retry finds the files of the attempt before it;
 * a program run as a module (`python -m ${program}`).
@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
 import re
 import shutil
 import signal
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from conftest import HERE, cli, cli_json, cmdline, start, tree, wait_for, write
+import torch
+from conftest import HERE, cli, cli_json, cmdline, env_with, start, tree, wait_for, write
 
 PROGRAMS = HERE / "programs"
 
@@ -44,38 +47,61 @@ def finish(launch: subprocess.Popen[str]) -> str:
     return out
 
 
-# ------------------------------------------------------------------ nanoGPT style
+# ------------------------------------------------------------------------ nanoGPT
 
+NANOGPT = PROGRAMS / "nanogpt"  # nanoGPT's own train.py, model.py and configurator.py, unchanged
 NANO = """
 name: nano
 program: train.py
-command: ["${env}", "${interpreter}", "${program}", config/tiny.py, "${args}"]
+command: ["${env}", "${interpreter}", "${program}", config/train_tiny_cpu.py, "${args}"]
 inputs: [configurator.py, data]
 resume_args: [--init_from=resume]
-params: {max_iters: 30, eval_interval: 5, iter_delay: 0.2}
+params: {max_iters: 20}
 grid: {learning_rate: [0.01]}
 """
 
 
-def test_a_classic_script_resumes_from_its_own_checkpoint_after_kill_9(tmp_path: Path) -> None:
-    for name in ("train.py", "configurator.py", "config"):
-        source = PROGRAMS / "nanogpt_like" / name
+def git_blob(path: Path) -> str:
+    """The id git gives the file's content (`git hash-object`), as the README beside it records it."""
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_the_vendored_nanogpt_files_are_nanogpts_own() -> None:
+    recorded = dict(re.findall(r"^\| (\S+) \| ([0-9a-f]{40}) \|$", (NANOGPT / "README.md").read_text(), re.M))
+    assert sorted(recorded) == ["LICENSE", "configurator.py", "model.py", "train.py"]
+    for name, blob in recorded.items():
+        assert git_blob(NANOGPT / name) == blob, f"{name} differs from nanoGPT's (tests/programs/nanogpt/README.md)"
+
+
+def test_nanogpts_train_py_resumes_from_its_own_checkpoint_after_kill_9(tmp_path: Path) -> None:
+    for name in ("train.py", "model.py", "configurator.py", "config"):
+        source = NANOGPT / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
+    # The data nanoGPT's prepare.py scripts write: uint16 token ids, and meta.pkl with the vocabulary size.
     data = tmp_path / "data" / "tiny"
     data.mkdir(parents=True)
-    tokens = np.random.default_rng(0).integers(0, 256, 5000)
-    tokens[:4000].astype(np.uint16).tofile(data / "train.bin")  # as nanoGPT's prepare.py writes them
+    tokens = np.random.default_rng(0).integers(0, 64, 5000)
+    tokens[:4000].astype(np.uint16).tofile(data / "train.bin")
     tokens[4000:].astype(np.uint16).tofile(data / "val.bin")
+    (data / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 64}))
     spec = write(tmp_path / "nano.yaml", NANO)
     root = tmp_path / "runs" / "nano"
     ckpt = root / "cells" / "1.1" / "output" / "out" / "ckpt.pt"
+    hold = tmp_path / "hold"  # while it exists, train.py waits after each checkpoint (config/train_tiny_cpu.py)
+    hold.touch()
 
-    launch = start("launch", str(spec), "--no-live", cwd=tmp_path)
-    # Killed once it saved a checkpoint and trained past it: a restart from 0 would redo that work.
-    wait_for(lambda: ckpt.exists() and re.search(r"^iter (7|8|9):", log(root, "1.1", 1), re.M), what="iter 7")
+    launch = start("launch", str(spec), "--no-live", cwd=tmp_path, env=env_with(NANOGPT_HOLD=str(hold)))
+    # (the line train.py's config prints once torch.save has returned; the config's own text is echoed too)
+    held = re.compile(r"^held after saving out/ckpt\.pt$", re.M)
+    wait_for(lambda: held.search(log(root, "1.1", 1)), what="the first checkpoint")
+    saved_at = torch.load(ckpt, map_location="cpu")["iter_num"]
+    assert saved_at > 0
     victim = program_of(launch.pid, "train.py")
     assert victim is not None
     victim.send_signal(signal.SIGKILL)
+    victim.wait(30)
+    hold.unlink()
     finish(launch)
 
     first, second = cli_json("show", "1.1", "--root", str(root))["attempts"]
@@ -84,19 +110,18 @@ def test_a_classic_script_resumes_from_its_own_checkpoint_after_kill_9(tmp_path:
     first_log, second_log = log(root, "1.1", 1), log(root, "1.1", 2)
     # The first attempt ran the command as written, the retry with the resume argument at its end.
     assert "--init_from=resume" not in first_log.splitlines()[0]
-    assert second_log.splitlines()[0].endswith("--max_iters=30 --init_from=resume")
-    resumed = re.search(r"^Resuming training from out at iter (\d+)$", second_log, re.M)
-    assert resumed is not None, second_log
-    resumed_at = int(resumed.group(1))
-    last_before_kill = max(int(n) for n in re.findall(r"^iter (\d+):", first_log, re.M))
-    assert 0 < resumed_at <= last_before_kill  # its own checkpoint, saved by the first attempt
-    assert f"iter {resumed_at}:" in second_log and "iter 0:" not in second_log  # never from 0 again
+    assert second_log.splitlines()[0].endswith("--max_iters=20 --init_from=resume")
+    assert "Initializing a new model from scratch" in first_log and "Overriding: learning_rate = 0.01" in first_log
+    # The retry loaded the checkpoint the first attempt saved and went on from its iteration, never from 0.
+    assert "Resuming training from out" in second_log and "from scratch" not in second_log
+    evals = [int(n) for n in re.findall(r"^step (\d+): train loss", second_log, re.M)]
+    iters = [int(n) for n in re.findall(r"^iter (\d+): loss", second_log, re.M)]
+    assert evals[0] == saved_at and iters[0] == saved_at, second_log
+    assert iters == list(range(saved_at, 21))  # to max_iters (nanoGPT trains iteration max_iters too)
+    assert max(int(n) for n in re.findall(r"^iter (\d+): loss", first_log, re.M)) == saved_at - 1
     # It found configurator.py and data/ by their relative names in its own folder (linked there).
-    assert "Overriding: learning_rate = 0.01" in first_log
     assert (root / "cells" / "1.1" / "output" / "configurator.py").is_symlink()
-    import torch
-
-    assert torch.load(ckpt, weights_only=False)["iter_num"] == 30
+    assert torch.load(ckpt, map_location="cpu")["iter_num"] == 20
 
 
 # ------------------------------------------------------------------------- Hydra
