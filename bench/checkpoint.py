@@ -424,7 +424,7 @@ def fig_bookkeeping(tmp: Path, state: dict[str, Any], rounds: int) -> dict[str, 
     cells = ReconcilePlan(new=[CellSpec(CELL, 1, 1, "g", {}, "x")])
     store.apply_reconcile(settings, None, lambda existing: cells)
     cell = CellPaths(root, CELL)
-    checkpoints = storage.for_cell(cell)
+    checkpoints = storage.for_cell(cell, None)
     bare_dir = tmp / "bare" / "checkpoints"
     manifests: dict[int, dict[str, Any]] = {}
     keep_last = CheckpointPolicy().keep_last

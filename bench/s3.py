@@ -66,7 +66,7 @@ def main() -> None:
         root = tmp / "root"
         cell = CellPaths(root, "a")
         bucket_store = s3_storage.S3Checkpoints(cell.checkpoints, root, s3_storage.S3Url(bucket, "b"), s3)
-        local_store = storage.for_cell(cell)
+        local_store = storage.for_cell(cell, None)
         from boto3.s3.transfer import TransferConfig
 
         transfer = TransferConfig(

@@ -204,8 +204,19 @@ class CellPaths:
         return self.dir / relative
 
     def relative(self, path: Path) -> str:
-        """A path inside the cell folder, as DONE.json and the database record it."""
-        return path.relative_to(self.dir).as_posix()
+        """A path inside the cell folder, as DONE.json and the database record it.
+
+        A path in the sweep's storage folder (`storage:`, which holds the root's layout) is named as
+        in the root: what follows its `cells/<cell>/`.
+        """
+        try:
+            return path.relative_to(self.dir).as_posix()
+        except ValueError:
+            parts = path.parts
+            for i in range(len(parts) - 2, -1, -1):
+                if parts[i] == CELLS_DIR and parts[i + 1] == self.cell_id:
+                    return PurePosixPath(*parts[i + 2 :]).as_posix()
+            raise
 
     def from_root(self, relative: str) -> str:
         """A path relative to the cell folder (as `relative` gives), made relative to the root.

@@ -92,8 +92,9 @@ def finish_done(spec: AttemptSpec, run: Trained | program.ProgramRun | None, out
 
 def _write_done(spec: AttemptSpec, run: Trained | program.ProgramRun | None, outcome: Outcome) -> None:
     paths = CellPaths(Path(spec.root), spec.cell)
+    checkpoints = storage.for_cell(paths, Settings.from_json(spec.settings).storage)
     newest = run.newest_committed() if run is not None else None
-    newest_step = newest[0] if newest else _newest_on_disk(paths)
+    newest_step = newest[0] if newest else _newest_committed(checkpoints)
     marker.write_done(
         paths,
         cfg_hash=spec.cfg_hash,
@@ -104,11 +105,12 @@ def _write_done(spec: AttemptSpec, run: Trained | program.ProgramRun | None, out
         epoch=run.epoch if run is not None else None,
         best=run.best if run is not None else None,
         best_step=run.best_step if run is not None else None,
+        checkpoints=checkpoints,
     )
 
 
-def _newest_on_disk(paths: CellPaths) -> int | None:
-    steps = paths.committed_steps()
+def _newest_committed(checkpoints: storage.CheckpointStorage) -> int | None:
+    steps = checkpoints.steps()
     return steps[0] if steps else None
 
 
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None, started_by: str = "interpreter") -> int:
     paths = CellPaths(Path(spec.root), spec.cell)
     channel = Channel.from_env()
     reserve = Reserve.beside(paths.receipt(spec.attempt))  # room for the receipt should the disk fill up
-    FencedStorage(storage.for_cell(paths), fence.check).clean_partial()
+    FencedStorage(storage.for_cell(paths, settings.storage), fence.check).clean_partial()
     started_here = time.monotonic()  # when the worker did not say when it started us
     if settings.train:
         from sweepq.attempt import training  # torch and the user's code: only train cells load them

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sweepq.atomic import atomic_write_json, read_json
-from sweepq.checkpoint.manifest import Field, Kind, shape_error
-from sweepq.layout import MANIFEST_NAME, CellPaths
+from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew, Field, Kind, shape_error
+from sweepq.layout import MANIFEST_NAME, STEP_DIR, CellPaths
+
+if TYPE_CHECKING:
+    from sweepq.checkpoint.storage import CheckpointStorage
 
 # What write_done writes and its readers use (verify_done, the reaper, repairs from the marker);
 # epoch and best are a program's own words, shown as they are.
@@ -45,9 +49,11 @@ def write_done(
     epoch: float | None,
     best: float | None,
     best_step: int | None,
+    checkpoints: CheckpointStorage | None = None,
 ) -> dict[str, Any]:
+    """`checkpoints`: the sweep's storage of the cell's checkpoints (storage.for_cell); None: the root's."""
     ckpt = paths.checkpoint(checkpoint_step) if checkpoint_step is not None else None
-    msha = _sha(paths.manifest(checkpoint_step)) if checkpoint_step is not None else None
+    msha = _manifest_sha(paths, checkpoint_step, checkpoints) if checkpoint_step is not None else None
     marker = {
         "cell": paths.cell_id,
         "cfg_hash": cfg_hash,
@@ -88,13 +94,15 @@ def read_done(paths: CellPaths) -> dict[str, Any] | None:
     return load_done(paths)[0]
 
 
-def verify_done(paths: CellPaths, cfg_hash: str) -> tuple[dict[str, Any] | None, str | None]:
+def verify_done(
+    paths: CellPaths, cfg_hash: str, checkpoints: CheckpointStorage | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
     """(marker, None) when DONE.json verifies; (None, why) otherwise.
 
     Verified means: it parses, has the marker's shape, names this cell and this
     cfg, and the final checkpoint it names still has the manifest it had (cheap:
     the manifest's sha256, not every file's, so a relaunch stays fast with
-    large models).
+    large models). `checkpoints` is where the cell's checkpoints are (storage.for_cell); None: the root.
     """
     marker, why = load_done(paths)
     if marker is None:
@@ -106,7 +114,7 @@ def verify_done(paths: CellPaths, cfg_hash: str) -> tuple[dict[str, Any] | None,
     rel = marker["checkpoint"]
     if rel:
         try:
-            sha = _sha(paths.resolve(rel) / MANIFEST_NAME)
+            sha = _named_sha(paths, rel, checkpoints)
         except FileNotFoundError:
             return None, f"the final checkpoint {rel} is missing"
         except (OSError, ValueError) as e:  # ValueError: a path with a NUL byte
@@ -116,5 +124,33 @@ def verify_done(paths: CellPaths, cfg_hash: str) -> tuple[dict[str, Any] | None,
     return marker, None
 
 
-def _sha(path: Any) -> str:
+def _named_sha(paths: CellPaths, rel: str, checkpoints: CheckpointStorage | None) -> str:
+    """The sha256 of the manifest of the checkpoint DONE.json names (`checkpoints/step-<step>`)."""
+    if checkpoints is None:
+        return _sha(paths.resolve(rel) / MANIFEST_NAME)
+    folder, _, name = rel.rpartition("/")
+    named = STEP_DIR.match(name)
+    if folder != "checkpoints" or named is None:
+        raise ValueError("it is no checkpoint of the cell's")
+    return _manifest_sha(paths, int(named.group(1)), checkpoints)
+
+
+def _manifest_sha(paths: CellPaths, step: int, checkpoints: CheckpointStorage | None) -> str:
+    """A committed step's manifest's sha256: a folder's file hashed as it is (cheap, whatever it says); an
+    object store's manifest read through its storage (missing: FileNotFoundError, like a file's)."""
+    from sweepq.checkpoint.storage import LocalFolder
+
+    if checkpoints is None:
+        return _sha(paths.manifest(step))
+    if isinstance(checkpoints, LocalFolder):
+        return _sha(checkpoints.location(step) / MANIFEST_NAME)
+    try:
+        return checkpoints.read_manifest(step)[1]
+    except (CheckpointCorrupt, CheckpointTooNew) as e:
+        if step not in checkpoints.steps():
+            raise FileNotFoundError(str(e)) from e
+        raise OSError(e.why if isinstance(e, CheckpointCorrupt) else str(e)) from e
+
+
+def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -125,9 +125,13 @@ class CheckpointStorage(Protocol):
         ...
 
 
-def for_cell(cell: CellPaths) -> CheckpointStorage:
-    """The storage of a cell's checkpoints."""
-    return LocalFolder(cell.checkpoints, cell.root)
+def for_cell(cell: CellPaths, where: str | None) -> CheckpointStorage:
+    """The storage of a cell's checkpoints in the sweep's storage `where` (its settings' `storage`, as
+    the launch chose it; None: the root folder). This process's SWEEPQ_STORAGE_URL comes first;
+    storage_url.py is the one place that maps a URL to a backend."""
+    from sweepq.checkpoint import storage_url
+
+    return storage_url.open_cell(cell, where)
 
 
 def verify(storage: CheckpointStorage, step: int) -> dict[str, Any]:

@@ -13,13 +13,14 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from sweepq.cli.lazy import LazyGroup
 from sweepq.cli.visible import visible
-from sweepq.errors import SweepqError
+from sweepq.errors import SweepqError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -86,9 +87,44 @@ def print_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, default=str, allow_nan=False))
 
 
-root_option = click.option(
+def take_storage(raw: str | None) -> None:
+    """`--storage URL`: checked as written, then put in SWEEPQ_STORAGE_URL (a relative folder made the
+    current one's), where this process and every process it starts find it before the sweep's own
+    (checkpoint/storage_url.py: the command line first, then the environment, then the file)."""
+    if raw is None:
+        return
+    from sweepq.checkpoint import storage_url
+
+    os.environ[storage_url.ENV_STORAGE] = storage_url.anchored(storage_url.check(raw, "--storage").raw, Path.cwd())
+
+
+def _storage_given(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    try:
+        take_storage(value)
+    except UsageError as e:
+        raise click.BadParameter(str(e).removeprefix("--storage: "), ctx, param) from None
+
+
+storage_option = click.option(
+    "--storage",
+    default=None,
+    metavar="URL",
+    expose_value=False,
+    is_eager=True,
+    callback=_storage_given,
+    help="Where the cells' checkpoints are (s3://bucket/prefix, or a folder every machine mounts); before "
+    "SWEEPQ_STORAGE_URL and the sweep's storage:.",
+)
+_root_only = click.option(
     "--root", "root", metavar="DIR", help="The sweep root (or a sweep file); default: from SPEC or the current folder."
 )
+
+
+def root_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--root, and --storage with it: every command that reads a root may be told where its storage is."""
+    return _root_only(storage_option(command))
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (stable fields).")
 
 

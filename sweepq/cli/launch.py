@@ -13,6 +13,7 @@ time (launch_lock.py).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.live import Live
 
+from sweepq.checkpoint import storage_url
 from sweepq.cli import header, launch_lock, launch_summary, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
@@ -93,9 +95,19 @@ class Prepared:
     accept_changed: reconcile.Accept  # False, reconcile.KEEP (or True) or reconcile.RERUN
 
 
+def with_storage(sweep: Sweep, spec: str) -> Sweep:
+    """The sweep with the storage this launch chose (--storage, which the command line put in
+    SWEEPQ_STORAGE_URL, else the environment, else the file's `storage:`) in its settings: stored with
+    them, it reaches every worker and attempt, on any machine (checkpoint/storage_url.py)."""
+    chosen = storage_url.settled(sweep.settings.storage, spec)
+    if chosen == sweep.settings.storage:
+        return sweep
+    return dataclasses.replace(sweep, settings=dataclasses.replace(sweep.settings, storage=chosen))
+
+
 def prepare(spec: str, root: str | None, accept_changed: reconcile.Accept) -> Prepared:
     """Everything that can fail on bad input, before anything is written."""
-    sweep = load_sweep(spec)
+    sweep = with_storage(load_sweep(spec), spec)
     target = preflight(sweep, spec, root, check_entry=True).root  # as plan does, and the train: function
     record_database(sweep, target, spec)
     check_writable(target)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sweepq.cli.app import friendly, json_option, main, out
+from sweepq.cli.app import friendly, json_option, main, out, storage_option
 from sweepq.errors import UsageError
 from sweepq.spec.sweep import Sweep, load_sweep
 
@@ -105,6 +105,7 @@ def _print_json(sweep: Sweep, commands: dict[str, list[str]]) -> None:
     help="The queue's database (a SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db); before "
     "SWEEPQ_DATABASE_URL and the sweep file's database:.",
 )
+@storage_option
 @friendly
 def launch_cmd(
     spec: str,
@@ -164,6 +165,7 @@ def launch_cmd(
     help="Run by a scheduler: SIGUSR1/SIGUSR2 stop it like SIGTERM, and it exits 0 when done (or stopped by "
     "SIGINT), 75 when a signal stopped it while cells remain (start it again), 1 when it failed (docs/scale.md).",
 )
+@storage_option
 @friendly
 def worker(
     root: str,

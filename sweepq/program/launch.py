@@ -92,7 +92,7 @@ def resume_checkpoint(spec: AttemptSpec, paths: CellPaths) -> str:
     The newest committed checkpoint whose manifest verifies; after a `nan`
     attempt, the newest before the one the bad interval started from (as Run does).
     """
-    checkpoints = storage.for_cell(paths)
+    checkpoints = storage.for_cell(paths, Settings.from_json(spec.settings).storage)
     steps = checkpoints.steps()
     limit = retention.rollback_limit(steps, spec.nan_step)
     if limit is not None:

@@ -145,7 +145,7 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
     logkeeper.sync()  # all the program printed is in its logs before their tail is read
     if outcome.reason in FAILURES | {Reason.LOST, Reason.LOG_FLOOD} and not outcome.error_tail:
         outcome.error_tail = tail_file(paths.stderr(spec.attempt))
-    return outcome, (ProgramRun.from_report(paths, report) if report is not None else None)
+    return outcome, (ProgramRun.from_report(paths, report, settings.storage) if report is not None else None)
 
 
 def _supervise(proc: subprocess.Popen[bytes]) -> tuple[int, Any, bool, bool]:
@@ -316,10 +316,11 @@ class ProgramRun:
     epoch: float | None
     best: float | None
     best_step: int | None
+    storage: str | None = None  # the sweep's storage (Settings.storage): where its checkpoints are
 
     @classmethod
-    def from_report(cls, paths: CellPaths, r: dict[str, Any]) -> ProgramRun:
-        newest = cls._newest(paths)
+    def from_report(cls, paths: CellPaths, r: dict[str, Any], storage: str | None = None) -> ProgramRun:
+        newest = cls._newest(paths, storage)
         end = as_int(r.get("end_step"))
         return cls(
             paths=paths,
@@ -329,15 +330,16 @@ class ProgramRun:
             epoch=r.get("epoch") if isinstance(r.get("epoch"), (int, float)) else None,
             best=r.get("best") if isinstance(r.get("best"), (int, float)) else None,
             best_step=as_int(r.get("best_step")),
+            storage=storage,
         )
 
     @staticmethod
-    def _newest(paths: CellPaths) -> tuple[int, dict[str, Any]] | None:
-        found = storage.committed_manifests(storage.for_cell(paths))
+    def _newest(paths: CellPaths, where: str | None) -> tuple[int, dict[str, Any]] | None:
+        found = storage.committed_manifests(storage.for_cell(paths, where))
         return (max(found), found[max(found)]) if found else None
 
     def newest_committed(self) -> tuple[int, dict[str, Any]] | None:
-        return self._newest(self.paths)
+        return self._newest(self.paths, self.storage)
 
 
 def exit_like(outcome: Outcome) -> int:

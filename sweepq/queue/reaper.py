@@ -18,7 +18,7 @@ from sweepq.atomic import read_json
 from sweepq.checkpoint import marker, storage
 from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
 from sweepq.evidence import Evidence, Witness
-from sweepq.layout import CELLS_DIR, DONE_NAME, CellPaths
+from sweepq.layout import CELLS_DIR, DONE_NAME, MANIFEST_NAME, CellPaths
 from sweepq.outcome import account_of, decide
 from sweepq.queue import liveness
 from sweepq.queue.records import Outcome
@@ -35,7 +35,7 @@ def sync_checkpoints(store: Store, cell: str, owner: bool = True) -> None:
     leaves it, and its row, to the owner.
     """
     paths = CellPaths(store.root, cell)
-    checkpoints = storage.for_cell(paths)
+    checkpoints = storage.for_cell(paths, store.settings().storage)
     known = {c.step: c for c in store.checkpoints(cell) if c.state != CheckpointState.CORRUPT}
     present = checkpoints.steps()
     for step in present:
@@ -55,7 +55,7 @@ def sync_checkpoints(store: Store, cell: str, owner: bool = True) -> None:
             # process that died before its worker heard of it was made then (report's training lost).
             cell,
             step,
-            created_at=_written(paths.manifest(step)),
+            created_at=_written(checkpoints.location(step) / MANIFEST_NAME),
             path=paths.checkpoint(step).relative_to(store.root).as_posix(),
             epoch=m.get("epoch"),
             metrics=m.get("metrics") or {},
@@ -92,7 +92,7 @@ def finish_attempt(
     return store.finish(cell, number, outcome, found_dead=found_dead, last_seen=last_seen)
 
 
-def last_written(paths: CellPaths, number: int) -> datetime | None:
+def last_written(paths: CellPaths, number: int, where: str | None = None) -> datetime | None:
     """The newest sign of life attempt `number` left in its files, as the file system recorded it: the last
     write of each file in its folder (its stdout and stderr logs, metric history, receipt, a program's
     outcome) and of the manifest of each checkpoint it committed. None: it left none.
@@ -113,10 +113,11 @@ def last_written(paths: CellPaths, number: int) -> datetime | None:
                     continue  # gone meanwhile, or unreadable: no sign
     except OSError:
         pass  # no folder: it died before its worker made one
-    for step, m in storage.committed_manifests(storage.for_cell(paths)).items():
+    checkpoints = storage.for_cell(paths, where)
+    for step, m in storage.committed_manifests(checkpoints).items():
         if m.get("attempt") == number:
-            try:
-                times.append(os.lstat(paths.manifest(step)).st_mtime)
+            try:  # a folder's manifest (in a bucket, none: the worker's last flush bounds the end)
+                times.append(os.lstat(checkpoints.location(step) / MANIFEST_NAME).st_mtime)
             except OSError:
                 continue
     return datetime.fromtimestamp(max(times), UTC) if times else None
@@ -134,10 +135,12 @@ def outcome_from_files(store: Store, cell: str, number: int, last_step: int | No
         receipt = None
     if account_of(receipt) is not None:
         return _judged(Evidence(Witness.REAPER, account=receipt))
-    done, _ = marker.verify_done(paths, store.cell(cell).cfg_hash)
+    checkpoints = storage.for_cell(paths, store.settings().storage)
+    done, _ = marker.verify_done(paths, store.cell(cell).cfg_hash, checkpoints)
     if done is not None and done.get("attempt") == number:
         return _judged(Evidence(Witness.REAPER, done=done))
-    mine = [s for s, m in storage.committed_manifests(storage.for_cell(paths)).items() if m.get("attempt") == number]
+    found = storage.committed_manifests(checkpoints)
+    mine = [s for s, m in found.items() if m.get("attempt") == number]
     known = [x for x in (last_step, max(mine) if mine else None) if x is not None]
     return _judged(Evidence(Witness.REAPER, step=max(known) if known else None))
 
@@ -165,7 +168,8 @@ def reap(
             outcome = outcome_from_files(store, cell, number, rec.step)
             if override is not None and outcome.reason == Reason.LOST:
                 outcome = Outcome(override.reason, end_step=rec.step, note=override.note)
-            seen = last_written(CellPaths(store.root, cell), number)  # its worker's last flush: Store.finish's
+            # Its worker's last flush, or its files' newer traces: Store.finish's.
+            seen = last_written(CellPaths(store.root, cell), number, store.settings().storage)
             if finish_attempt(store, cell, number, outcome, found_dead=True, last_seen=seen) is not None:
                 reaped.append((cell, str(outcome.reason)))
         finally:
@@ -199,10 +203,12 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
     unfinished = store.unfinished_cells()
     # Many cells not done: one listing says which have a folder. A few: each is asked (listing 100,000 costs more).
     folders = _cell_folders(store.root) if len(unfinished) > LIST_FOLDERS_FROM else None
+    where = store.settings().storage if unfinished else None
     for cell, cfg_hash in unfinished:
         if folders is not None and cell not in folders:
             continue
-        done, _ = marker.verify_done(CellPaths(store.root, cell), cfg_hash)
+        paths = CellPaths(store.root, cell)
+        done, _ = marker.verify_done(paths, cfg_hash, storage.for_cell(paths, where))
         if done is not None and store.repair_done(cell, done):
             sync_checkpoints(store, cell, owner=False)  # not taken: a damaged checkpoint is left as it is
             changes.append((cell, "done: repaired from DONE.json"))

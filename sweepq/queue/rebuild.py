@@ -20,6 +20,7 @@ so no worker can claim one; a cell that a live process owns refuses the repair.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,7 +30,7 @@ from typing import Any
 from sqlalchemy import update
 
 from sweepq.atomic import read_json
-from sweepq.checkpoint import marker, storage
+from sweepq.checkpoint import marker, storage, storage_url
 from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
 from sweepq.errors import UsageError
 from sweepq.layout import CellPaths
@@ -98,7 +99,10 @@ def rebuild(root: Path, sweep: Sweep, *, force: bool = False) -> Rebuilt:
             staging.upgrade()
             store = _Rebuilding(root, staging)
             result = Rebuilt(why, None, not_in_file=sorted(set(cell_folders(root)) - {c.id for c in sweep.cells}))
-            store.apply_reconcile(sweep.settings, str(sweep.path), lambda have: reconcile.plan(sweep, have, False))
+            # The storage as a launch chooses it (SWEEPQ_STORAGE_URL, --storage, before the file's).
+            chosen = storage_url.settled(sweep.settings.storage, str(sweep.path))
+            settings = dataclasses.replace(sweep.settings, storage=chosen)
+            store.apply_reconcile(settings, str(sweep.path), lambda have: reconcile.plan(sweep, have, False))
             for cell in sweep.cells:
                 store.recover(cell, result)
         except BaseException:
@@ -176,14 +180,14 @@ class _Rebuilding(Store):
             result.queued.append(cell.id)
             return
         sync_checkpoints(self, cell.id)
-        done, _ = marker.verify_done(paths, cell.cfg_hash)
+        done, _ = marker.verify_done(paths, cell.cfg_hash, storage.for_cell(paths, self.settings().storage))
         if done is not None and self.repair_done(cell.id, done):
             best, best_step = done.get("best"), done.get("best_step")
             if isinstance(best, int | float) and isinstance(best_step, int | None):
                 self._set(cell.id, best=best, best_step=best_step)
             result.done.append(cell.id)
             return
-        step, metrics = _newest_sound_checkpoint(paths)
+        step, metrics = _newest_sound_checkpoint(paths, self.settings().storage)
         if step is None:
             result.queued.append(cell.id)
             return
@@ -260,9 +264,9 @@ _NUMERIC = frozenset(
 )
 
 
-def _newest_sound_checkpoint(paths: CellPaths) -> tuple[int | None, dict[str, Any]]:
+def _newest_sound_checkpoint(paths: CellPaths, where: str | None) -> tuple[int | None, dict[str, Any]]:
     """(the newest committed step whose every file verifies, its metrics); a newer sweepq's stops the search."""
-    checkpoints = storage.for_cell(paths)
+    checkpoints = storage.for_cell(paths, where)
     for step in checkpoints.steps():
         try:
             m = storage.verify(checkpoints, step)

@@ -71,7 +71,7 @@ class Run:
         self._overlap = self._policy.overlap
         self._writer = checkpoint.AsyncWriter()
         self._cadence = Cadence(self._policy, self._writer)
-        cell_storage = storage.for_cell(self.paths)
+        cell_storage = storage.for_cell(self.paths, settings.storage)
         self._checkpoints = cell_storage if fence is None else FencedStorage(cell_storage, fence)
         self._committed = CommittedSet(self._checkpoints, self._channel)
         self._reporter: reporter.Reporter | None = None  # a program's (Run.from_env())

@@ -52,7 +52,7 @@ from sweepq.spec.read import (
     sweep_name,
     value_identity,
 )
-from sweepq.spec.server import read_database, read_lease
+from sweepq.spec.server import read_database, read_lease, read_storage
 from sweepq.spec.slurm import read_slurm
 from sweepq.spec.types import DEFAULT_MAX_CELLS, GroupSpec, Sweep
 
@@ -79,6 +79,7 @@ GROUPED_KEYS = (
     "resume_args",
     "inputs",
     "database",
+    "storage",
     "lease",
     "processes",
     "slurm",
@@ -174,6 +175,8 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
     group_processes = {str(g.spec.number): g.processes for g in groups if g.processes is not None}
     if group_processes:
         settings = dataclasses.replace(settings, group_processes=group_processes)
+    if data.get("storage") is not None:
+        settings = dataclasses.replace(settings, storage=read_storage(ctx, data))
     if settings.train is not None and settings.most_processes() > 1:
         several = next((f"groups[{n}].processes" for n, count in group_processes.items() if count > 1), "processes")
         raise ctx.error(

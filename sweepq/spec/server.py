@@ -1,14 +1,17 @@
-"""The sweep file's keys for a queue on a server: `database:` and `lease:`.
+"""The sweep file's keys for a sweep beyond one machine: `database:`, `storage:` and `lease:`.
 
 `database:` is kept as written, `${envvar:NAME}` unexpanded (queue/database_url.py fills it in
 only when connecting, so a password never reaches a file or a terminal); here it is only checked.
-`lease:` sets how a holder proves life on a server database (queue/leases.py).
+`storage:` is kept the same way (checkpoint/storage_url.py opens it), a relative folder made the sweep
+file's folder's. `lease:` sets how a holder proves life on a server database (queue/leases.py).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from sweepq.checkpoint import storage_url
 from sweepq.queue.database_url import problem
 from sweepq.spec.read import SpecContext, check_keys, read_number, require_mapping
 from sweepq.spec.types import DEFAULT_EXPIRE_SECONDS, DEFAULT_RENEW_SECONDS, LeaseTerms
@@ -35,6 +38,22 @@ def read_database(ctx: SpecContext, data: dict) -> str | None:
             "(or leave database: out for the SQLite file in the root)",
         )
     return value
+
+
+def read_storage(ctx: SpecContext, data: dict) -> str | None:
+    value = data.get("storage")
+    if value is None:
+        return None
+    hint = (
+        "Write e.g. storage: s3://bucket/sweeps/${envvar:USER} (endpoint and credentials the AWS way), "
+        "storage: /mnt/shared/sweeps (a folder every machine mounts), or leave storage: out for the root folder"
+    )
+    if not isinstance(value, str):
+        raise ctx.error("storage", "expected a folder or an s3://bucket/prefix URL (a string)", hint)
+    why = storage_url.problem(value)
+    if why is not None:
+        raise ctx.error("storage", why, hint)
+    return storage_url.anchored(value, Path(ctx.spec_dir))
 
 
 def read_lease(ctx: SpecContext, value: Any) -> LeaseTerms:

@@ -131,6 +131,10 @@ class Settings:
     #: environment (program/ranks.py); a group's number replaces it for that group's cells (keyed as above).
     processes: int = 1
     group_processes: dict[str, int] = field(default_factory=dict)
+    #: `storage:` as chosen by the launch (`--storage`, SWEEPQ_STORAGE_URL, else the file's), placeholders
+    #: unexpanded; None: the root folder. Stored with the sweep, so every worker opens the same storage
+    #: (checkpoint/storage_url.py).
+    storage: str | None = None
 
     def resume_args_of(self, cell: str) -> list[str]:
         """The resume arguments of `cell` ("G.I"): its group's, else the sweep's."""

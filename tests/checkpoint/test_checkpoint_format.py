@@ -192,7 +192,7 @@ def test_reader_falls_back_to_the_previous_checkpoint(tmp_path: Path) -> None:
     (newest.path / TENSORS).write_bytes(bytes(data))
     seen: list[tuple[int, str]] = []
     loaded = checkpoint.load_newest(
-        storage.for_cell(cell), on_corrupt=lambda step, why, moved: seen.append((step, why))
+        storage.for_cell(cell, None), on_corrupt=lambda step, why, moved: seen.append((step, why))
     )
     assert loaded is not None and loaded.step == 10 and float(loaded.state["w"][0]) == 1.0
     assert [s for s, _ in seen] == [20] and "sha256" in seen[0][1]
@@ -317,7 +317,7 @@ def test_superseded_checkpoints_are_deleted_in_the_background(tmp_path: Path) ->
     cell = CellPaths(tmp_path, "1.1")
     commit(cell.checkpoints, {"w": torch.randn(300_000)}, step=1)
     commit(cell.checkpoints, {"w": torch.randn(3)}, step=2)
-    storage.for_cell(cell).delete(1)
+    storage.for_cell(cell, None).delete(1)
     assert cell.committed_steps() == [2]  # out of the committed namespace at once
     w = checkpoint.AsyncWriter()
     w.flush()  # waits for the deletes too

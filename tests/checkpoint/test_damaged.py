@@ -140,7 +140,7 @@ DAMAGES: list[tuple[str, Callable[[str], str], str]] = [
 def test_a_damaged_manifest_is_corrupt_to_every_reader(
     tmp_path: Path, what: str, change: Callable[[str], str], why: str
 ) -> None:
-    where = storage.for_cell(CellPaths(tmp_path, "1.1"))
+    where = storage.for_cell(CellPaths(tmp_path, "1.1"), None)
     commit(where, 1)
     commit(where, 3)
     damage(where, 3, change)
@@ -162,7 +162,7 @@ def test_a_damaged_manifest_is_corrupt_to_every_reader(
 
 
 def test_a_manifest_nested_past_the_parser_is_unreadable_not_a_crash(tmp_path: Path) -> None:
-    where = storage.for_cell(CellPaths(tmp_path, "1.1"))
+    where = storage.for_cell(CellPaths(tmp_path, "1.1"), None)
     commit(where, 3)
     damage(where, 3, lambda text: "[" * 200_000)
     with pytest.raises(CheckpointCorrupt, match=r"manifest unreadable \(RecursionError"):
@@ -172,7 +172,7 @@ def test_a_manifest_nested_past_the_parser_is_unreadable_not_a_crash(tmp_path: P
 def test_an_older_format_whose_translation_meets_damage_is_corrupt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    where = storage.for_cell(CellPaths(tmp_path, "1.1"))
+    where = storage.for_cell(CellPaths(tmp_path, "1.1"), None)
     commit(where, 3)
     monkeypatch.setattr(manifest, "READERS", {1: lambda at, m: {**m, "files": m["contents"]}, 2: manifest.READERS[1]})
     with pytest.raises(CheckpointCorrupt) as e:
@@ -182,7 +182,7 @@ def test_an_older_format_whose_translation_meets_damage_is_corrupt(
 
 def test_every_one_bit_flip_of_a_manifest_is_read_or_corrupt(tmp_path: Path) -> None:
     """A bit flipped anywhere in a real manifest: each reader answers or says corrupt, never anything else."""
-    where = storage.for_cell(CellPaths(tmp_path, "1.1"))
+    where = storage.for_cell(CellPaths(tmp_path, "1.1"), None)
     path = commit(where, 3).path / MANIFEST_NAME
     original = path.read_bytes()
     outcomes: dict[str, int] = {}
@@ -224,7 +224,7 @@ def _with_state(where: CheckpointStorage, step: int, state: bytes) -> None:
     ],
 )
 def test_a_state_json_of_the_wrong_structure_is_corrupt(tmp_path: Path, state: bytes, why: str) -> None:
-    where = storage.for_cell(CellPaths(tmp_path, "1.1"))
+    where = storage.for_cell(CellPaths(tmp_path, "1.1"), None)
     commit(where, 1)
     commit(where, 3)
     _with_state(where, 3, state)
@@ -327,7 +327,7 @@ def test_the_reaper_closes_a_dead_attempt_and_moves_its_damaged_checkpoints_asid
     claim = store.claim("1.1", WORKER)
     assert claim is not None and claim.number == 1
     cell = CellPaths(store.root, "1.1")
-    where = storage.for_cell(cell)
+    where = storage.for_cell(cell, None)
     for step in (5, 10, 15):
         c = commit(where, step)
         store.record_checkpoint(
@@ -363,7 +363,7 @@ def test_reconcile_requeues_a_done_cell_whose_marker_is_not_one_and_leaves_other
     done12.done.write_text("{}")
     # 1.3: queued, with a DONE.json that verifies (the database never heard) and a damaged older checkpoint.
     c13 = CellPaths(store.root, "1.3")
-    where = storage.for_cell(c13)
+    where = storage.for_cell(c13, None)
     commit(where, 5)
     commit(where, 10)
     damage(where, 5, _flip_key("sha256", "sha257"))
@@ -395,7 +395,7 @@ def test_reconcile_requeues_a_done_cell_whose_marker_is_not_one_and_leaves_other
 def test_the_committed_set_moves_damaged_steps_aside_before_it_changes(tmp_path: Path) -> None:
     """Steps past a rollback's limit are never verified by the restore: damaged, they must not block a commit."""
     cell = CellPaths(tmp_path, "1.1")
-    where = storage.for_cell(cell)
+    where = storage.for_cell(cell, None)
     for step in (5, 10, 15):
         commit(where, step)
     damage(where, 15, _flip_key("step", "stap", last=True))
@@ -428,7 +428,7 @@ def test_a_run_resumes_past_damaged_manifests_and_sets_them_aside(tmp_path: Path
         state["w"] += 1
         assert first.checkpoint(state, step, force=True)
     first.close(completed=False)
-    where = storage.for_cell(CellPaths(tmp_path, "1.1"))
+    where = storage.for_cell(CellPaths(tmp_path, "1.1"), None)
     damage(where, 15, rewritten(_set(f"files|{TENSORS}", "x")))
     damage(where, 5, _flip_key("files", "filez"))
 

@@ -119,7 +119,7 @@ def test_large_state_in_shards_round_trips_and_each_shard_is_verified(tmp_path: 
     state = {f"layer{i}": torch.randn(50_000 + 1000 * i) for i in range(6)}
     state["tiny"] = torch.arange(3, dtype=torch.int8)
     cell = CellPaths(tmp_path, "1.1")
-    checkpoints = storage.for_cell(cell)
+    checkpoints = storage.for_cell(cell, None)
     older = checkpoint.write_checkpoint(checkpoints, 10, *snapshot_of(state, shards=3)[:2], {}, None)
     skeleton, buffers, files = snapshot_of(state, shards=3)
     newest = checkpoint.write_checkpoint(checkpoints, 20, skeleton, buffers, {}, files)

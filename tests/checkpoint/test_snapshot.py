@@ -97,7 +97,7 @@ def copy_late_until_a_step_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def committed(root: Path, step: int) -> dict[str, torch.Tensor]:
-    loaded = checkpoint.load(storage.for_cell(CellPaths(root, "1.1")), step)
+    loaded = checkpoint.load(storage.for_cell(CellPaths(root, "1.1"), None), step)
     return serialize.flatten(loaded.state)[1]
 
 

@@ -84,7 +84,7 @@ class CheckpointBackend(Protocol):
 
 class LocalBackend:
     def make(self, tmp_path: Path, name: str = "a") -> CheckpointStorage:
-        return storage.for_cell(CellPaths(tmp_path / "root", name))
+        return storage.for_cell(CellPaths(tmp_path / "root", name), None)
 
     def replace(self, storage: CheckpointStorage, step: int, name: str, data: bytes) -> None:
         (storage.location(step) / name).write_bytes(data)

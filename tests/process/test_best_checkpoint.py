@@ -61,7 +61,7 @@ def test_best_names_the_checkpoint_of_the_best_step_for_every_cell(tmp_path: Pat
         assert (row["state"], row["best"], row["step"]) == ("done", 1.0, best_step)
         assert row["checkpoint"] == f"cells/{cell}/checkpoints/step-{best_step}"
         assert (root / row["checkpoint"]).is_dir()
-        manifest = storage.verify(storage.for_cell(CellPaths(root, cell)), best_step)  # every file's sha256
+        manifest = storage.verify(storage.for_cell(CellPaths(root, cell), None), best_step)  # every file's sha256
         assert manifest["metrics"] == {"val_acc": 1.0}
         # kept apart from keep_last: 1, beside the final step, which keeps the metrics given for it
         shown = json.loads(cli("show", cell, "--root", str(root), "--json").stdout)

@@ -68,7 +68,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     for i, point in enumerate(POINTS, start=1):
         cell = CellPaths(root, f"1.{i}")
         committed = cell.committed_steps()
-        verified = all(storage.verify(storage.for_cell(cell), s) for s in committed)
+        verified = all(storage.verify(storage.for_cell(cell, None), s) for s in committed)
         after_crash[point] = {
             "committed": committed,
             "verified": verified,

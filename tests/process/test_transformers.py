@@ -138,7 +138,7 @@ def test_a_trainer_script_resumes_from_verified_checkpoints_and_is_never_falsely
     reference_train = json.loads((alone / "out" / "train_results.json").read_text())
     assert done["metrics"]["train_loss"] == pytest.approx(reference_train["train_loss"], rel=1e-9, abs=0)
     assert "train_runtime" not in done["metrics"] and done["metrics"]["attempt_train_runtime"] > 0
-    kept = storage.for_cell(cell)
+    kept = storage.for_cell(cell, None)
     assert sorted(kept.steps()) == [4, 7, 11, 15, 16]  # every 4 steps from where each attempt started
     for step in (4, 7):  # the folders the Trainer resumed from: every byte still as committed
         assert files.verified(kept, step).step == step
@@ -168,4 +168,4 @@ def test_cells_given_one_output_dir_are_refused_before_training_and_never_touch_
         p.read_text() for p in (refused.dir / "attempts").glob("*/stdout.log")
     )
     assert sorted(p.name for p in shared.glob("checkpoint-*")) == ["checkpoint-4"]  # the winner's, untouched
-    assert files.verified(storage.for_cell(done[0]), 4).step == 4
+    assert files.verified(storage.for_cell(done[0], None), 4).step == 4

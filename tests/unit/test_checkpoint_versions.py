@@ -59,7 +59,7 @@ def test_format_strings_and_the_reader_table() -> None:
 
 def test_a_newer_format_is_refused_by_every_reader_and_left_untouched(tmp_path: Path) -> None:
     cell = CellPaths(tmp_path, "1.1")
-    where = storage.for_cell(cell)
+    where = storage.for_cell(cell, None)
     c = write(where, 7)
     rewrite_manifest(c.path, as_newer)
     before = files_of(cell.checkpoints)
@@ -85,7 +85,7 @@ def test_a_newer_format_is_refused_by_every_reader_and_left_untouched(tmp_path: 
 
 def test_a_resume_never_falls_back_past_a_newer_checkpoint(tmp_path: Path) -> None:
     cell = CellPaths(tmp_path, "1.1")
-    where = storage.for_cell(cell)
+    where = storage.for_cell(cell, None)
     write(where, 10, 1.0)
     newest = write(where, 20, 2.0)
     rewrite_manifest(newest.path, as_newer)
@@ -128,7 +128,7 @@ def test_an_attempt_that_meets_a_newer_checkpoint_ends_in_an_error_that_says_upg
     from sweepq.wire.channel import Channel
 
     root = tmp_path / "root"
-    c = write(storage.for_cell(CellPaths(root, "1.1")), 3)
+    c = write(storage.for_cell(CellPaths(root, "1.1"), None), 3)
     rewrite_manifest(c.path, as_newer)
     before = files_of(c.path.parent)
     (tmp_path / "newer_format_trainer.py").write_text(
@@ -172,7 +172,7 @@ def test_an_older_format_loads_through_its_reader(tmp_path: Path, monkeypatch: p
 
 def test_a_foreign_or_dropped_format_is_corrupt_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cell = CellPaths(tmp_path, "1.1")
-    where = storage.for_cell(cell)
+    where = storage.for_cell(cell, None)
     write(where, 1)
     c = write(where, 2)
     rewrite_manifest(c.path, lambda m: {**m, "format": "somebody-else/3"})

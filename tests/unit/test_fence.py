@@ -33,7 +33,7 @@ def _commit(checkpoints: storage.CheckpointStorage, step: int) -> None:
 def test_the_current_attempt_writes_and_a_superseded_one_is_refused(store: Store) -> None:
     owner, number = _own_and_claim(store, "1.1")
     fence = Fence(store.root, "1.1", number, owner)
-    fenced = FencedStorage(storage.for_cell(CellPaths(store.root, "1.1")), fence.check)
+    fenced = FencedStorage(storage.for_cell(CellPaths(store.root, "1.1"), None), fence.check)
     _commit(fenced, 1)
     assert store.is_current("1.1", number)
 

@@ -138,7 +138,7 @@ def write(where: CheckpointStorage, step: int, value: float) -> checkpoint.Commi
 def another_sweeps_step(tmp_path: Path, step: int) -> Path:
     """A committed checkpoint of a cell of another root; returns the other root."""
     other = tmp_path / "other-root"
-    write(storage.for_cell(CellPaths(other, "1.1")), step, 7.0)
+    write(storage.for_cell(CellPaths(other, "1.1"), None), step, 7.0)
     return other
 
 
@@ -148,7 +148,7 @@ def test_the_storage_never_changes_a_linked_step(tmp_path: Path) -> None:
     cell = CellPaths(tmp_path / "root", "1.1")
     cell.checkpoints.mkdir(parents=True)
     cell.checkpoint(10).symlink_to(CellPaths(other, "1.1").checkpoint(10))
-    where = storage.for_cell(cell)
+    where = storage.for_cell(cell, None)
     assert where.steps() == [10] and where.linked(10) == str(CellPaths(other, "1.1").checkpoint(10))
     assert checkpoint.load(where, 10).state["step"] == 10  # a resume reads through it, verified
     # A leftover name that is a link: clean-up unlinks the link.
@@ -178,7 +178,7 @@ def test_a_linked_checkpoints_folder_refuses_every_change(tmp_path: Path) -> Non
     cell = CellPaths(tmp_path / "root", "1.1")
     cell.dir.mkdir(parents=True)
     cell.checkpoints.symlink_to(CellPaths(other, "1.1").checkpoints)
-    where = storage.for_cell(cell)
+    where = storage.for_cell(cell, None)
     assert where.steps() == [10]  # reading is allowed
     changes = (where.clean_partial, lambda: where.stage(11), lambda: where.delete(10), lambda: where.quarantine(10))
     for change in changes:
@@ -194,7 +194,7 @@ def test_retention_neither_counts_nor_deletes_a_linked_step(tmp_path: Path, capf
     cell.checkpoints.mkdir(parents=True)
     target = CellPaths(other, "1.1").checkpoint(10)
     cell.checkpoint(10).symlink_to(target)
-    where = storage.for_cell(cell)
+    where = storage.for_cell(cell, None)
     kept = CommittedSet(where, Channel(None))
     for step in (20, 30, 40):
         c = write(where, step, float(step))
@@ -241,7 +241,7 @@ def test_a_warm_start_linked_at_the_last_step_ends_on_the_cells_own_checkpoint(
     newest = run.newest_committed()
     assert newest is not None and newest[0] == 10
     assert cell.checkpoint(10).is_dir() and not cell.checkpoint(10).is_symlink()
-    assert checkpoint.load(storage.for_cell(cell), 10).manifest["cfg_hash"] == "h"  # written by this run
+    assert checkpoint.load(storage.for_cell(cell, None), 10).manifest["cfg_hash"] == "h"  # written by this run
     (moved,) = [p for p in cell.checkpoints.iterdir() if p.name.startswith(".linked-step-10-")]
     assert os.readlink(moved) == str(target)
     assert f"checkpoints/step-10, a link to {target}, was moved to checkpoints/{moved.name}" in capfd.readouterr().err
