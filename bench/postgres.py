@@ -29,8 +29,13 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import queue
+import random
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -44,6 +49,7 @@ from benchlib import load, log  # noqa: E402
 from services.postgres import PostgresServer  # noqa: E402
 
 SWEEP = "bench"
+DEATH = "death"
 WORKERS = (1, 8, 32)
 CLAIM = """
 UPDATE {s}.cells SET state = 'running', attempts = attempts + 1, updated_at = now()
@@ -106,14 +112,48 @@ def worker(dsn: str, schema: str, seconds: float, barrier: Any, results: Any) ->
     results.put((claims, latencies))
 
 
-def run(server: PostgresServer, database: str, schema: str, workers: int, seconds: float) -> dict[str, Any]:
+def store_worker(url: str, root: str, seconds: float, barrier: Any, results: Any) -> None:
+    """sweepq's claim as a worker makes it: `Store.claim_next` with the lease table's `take` (one statement,
+    the lease taken in it: queue/claim.py), on the Store's own engine and pool."""
+    from sweepq.queue.database import Database
+    from sweepq.queue.leases import TableLiveness
+    from sweepq.queue.records import WorkerInfo
+    from sweepq.queue.store import Store
+
+    claims: list[tuple[str, int]] = []
+    latencies: list[float] = []
+    database = Database(url, sweep=SWEEP)
+    store = Store.open(Path(root), database=database)
+    owners = TableLiveness(database.engine, expire_seconds=3600)
+    info = WorkerInfo(f"bench:{os.getpid()}", "bench", os.getpid())
+    try:
+        store.cell("1.1")  # connected and warm before the start
+        barrier.wait()
+        end = time.perf_counter() + seconds
+        while (start := time.perf_counter()) < end:
+            got = store.claim_next(info, owners.take)
+            latencies.append(time.perf_counter() - start)
+            if got is None:
+                break  # the queue ran dry: --cells too few for this run
+            claims.append((got[0].cell, got[0].number))
+    finally:
+        store.close()
+    results.put((claims, latencies))
+
+
+def run(
+    server: PostgresServer, database: str, schema: str, workers: int, seconds: float, root: str | None = None
+) -> dict[str, Any]:
+    """One run of `workers` processes: the raw loop, or with `root` sweepq's Store claims."""
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(workers + 1)
     results = ctx.Queue()
-    procs = [
-        ctx.Process(target=worker, args=(server.dsn(database), schema, seconds, barrier, results))
-        for _ in range(workers)
-    ]
+    if root is None:
+        target: Any = worker
+        args: tuple[Any, ...] = (server.dsn(database), schema, seconds, barrier, results)
+    else:
+        target, args = store_worker, (server.url(database), root, seconds, barrier, results)
+    procs = [ctx.Process(target=target, args=args) for _ in range(workers)]
     for p in procs:
         p.start()
     barrier.wait()
@@ -130,7 +170,9 @@ def run(server: PostgresServer, database: str, schema: str, workers: int, second
         rows = conn.execute(f"SELECT id, attempts FROM {schema}.cells WHERE state = 'running'").fetchall()
         counts: dict[str, int] = {cell: attempts for cell, attempts in rows}
         conn.execute(f"UPDATE {schema}.cells SET state = 'queued' WHERE state = 'running'")
-        conn.execute(f"VACUUM {schema}.cells")  # the next run starts without this one's dead rows
+        conn.execute(f"DELETE FROM {schema}.leases")  # the Store's claims took leases: their cells are free again
+        for table in ("cells", "leases", "attempts"):
+            conn.execute(f"VACUUM {schema}.{table}")  # the next run starts without this one's dead rows
     # Nothing is released during a run: a cell reported twice was claimed twice. And the database must
     # count every claim reported: a cell's attempts (growing across runs) equal its highest reported attempt.
     reported = Counter(cell for cell, _ in claims)
@@ -151,19 +193,205 @@ def run(server: PostgresServer, database: str, schema: str, workers: int, second
     }
 
 
+def machine(url: str, root: str, cells: int, renew: float, expire: float, ready: Any) -> None:
+    """A machine that dies: its own process group, `cells` claims as its workers make them, their leases
+    renewed from the liveness's thread (the worker's), until the whole group is SIGKILLed."""
+    from sweepq.queue.database import Database
+    from sweepq.queue.leases import TableLiveness
+    from sweepq.queue.records import WorkerInfo
+    from sweepq.queue.store import Store
+
+    os.setpgid(0, 0)
+    database = Database(url, sweep=DEATH)
+    store = Store.open(Path(root), database=database)
+    owners = TableLiveness(database.engine, expire, renew_seconds=renew)
+    info = WorkerInfo(f"doomed:{os.getpid()}", "doomed", os.getpid())
+    held = []
+    for _ in range(cells):
+        got = store.claim_next(info, owners.take)
+        assert got is not None
+        held.append(got[0].cell)
+    ready.put(held)
+    while True:  # training; the leases are renewed by the liveness's thread
+        time.sleep(1)
+
+
+def survivor(url: str, root: str, renew: float, expire: float, poll: float, out: Any, stop: Any) -> None:
+    """The machine that lives: a worker's loop (sweepq/worker/loop.py: reap, claim, wait `poll` when idle)."""
+    from sweepq.queue.database import Database
+    from sweepq.queue.leases import TableLiveness
+    from sweepq.queue.reaper import reap
+    from sweepq.queue.records import WorkerInfo
+    from sweepq.queue.store import Store
+
+    database = Database(url, sweep=DEATH)
+    store = Store.open(Path(root), database=database)
+    owners = TableLiveness(database.engine, expire, renew_seconds=renew)
+    info = WorkerInfo(f"survivor:{os.getpid()}", "survivor", os.getpid())
+    owners.owner_alive("-")  # its first statement: its term to settle starts
+    out.put(("connected", owners.connected_at.isoformat() if owners.connected_at else None, time.monotonic()))
+    while not stop.is_set():
+        reap(store, owners=owners)
+        got = store.claim_next(info, owners.take)
+        if got is not None:
+            out.put((got[0].cell, got[0].number, time.monotonic()))
+            continue
+        time.sleep(poll)
+    store.close()
+
+
+def machine_death(server: PostgresServer, tmp: Path, renew: float, expire: float, cells: int) -> dict[str, Any]:
+    """From a machine's death (every process of it SIGKILLed, its leases no longer renewed) to each of its
+    cells claimed again by the other machine, against expire + renew (target: at most 2 s more)."""
+    from sweepq.queue import reconcile
+    from sweepq.queue.database import Database
+    from sweepq.queue.store import Store
+    from sweepq.spec.sweep import load_sweep
+    from sweepq.worker.loop import POLL_S
+
+    url = server.create_database("death")
+    spec = tmp / "death.yaml"
+    spec.write_text(f"name: {DEATH}\ntrain: trivial:train\ngrid: {{seed: {list(range(cells))}}}\n")
+    sweep = load_sweep(spec)
+    store = Store.open(tmp / "death-a", create=True, database=Database(url, sweep=DEATH))
+    try:
+        store.apply_reconcile(sweep.settings, str(spec), lambda have: reconcile.plan(sweep, have, False))
+    finally:
+        store.close()
+    ctx = mp.get_context("fork")
+    ready, out, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+    doomed = ctx.Process(target=machine, args=(url, str(tmp / "death-a"), cells, renew, expire, ready))
+    doomed.start()
+    held = ready.get(timeout=120)
+    other = ctx.Process(target=survivor, args=(url, str(tmp / "death-b"), renew, expire, POLL_S, out, stop))
+    other.start()
+    out.get(timeout=120)
+    # The survivor has run longer than a term (settled: an expired lease is then a dead holder's); a
+    # machine that joined just now would wait up to one more term (leases.py's rule on reconnection).
+    time.sleep(expire + renew * random.random())  # the death falls anywhere between two renewals
+    killed = time.monotonic()
+    os.killpg(doomed.pid, signal.SIGKILL)
+    doomed.join()
+    again: dict[str, float] = {}
+    deadline = killed + 10 * expire + 60
+    while len(again) < len(held) and time.monotonic() < deadline:
+        try:
+            cell, number, at = out.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if cell in held and number == 2:
+            again[cell] = at - killed
+    stop.set()
+    other.join(timeout=30)
+    worst = max(again.values()) if len(again) == len(held) else None
+    bound = expire + renew
+    return {
+        "renew_seconds": renew,
+        "expire_seconds": expire,
+        "worker_poll_seconds": POLL_S,
+        "cells_of_the_dead_machine": len(held),
+        "seconds_to_running_again": sorted(round(v, 3) for v in again.values()),
+        "worst_seconds": None if worst is None else round(worst, 3),
+        "expire_plus_renew": bound,
+        "over_expire_plus_renew_s": None if worst is None else round(worst - bound, 3),
+        "target_over_s": 2.0,
+        "pass": worst is not None and worst <= bound + 2.0,
+    }
+
+
+def status_scale(server: PostgresServer, tmp: Path, cells: int, rounds: int) -> dict[str, Any]:
+    """`sweepq status --database URL --sweep NAME` from a folder that holds nothing of the sweep, on a
+    sweep of `cells` cells in PostgreSQL (made untimed: the Store's reconcile of bench/status_scale.py's
+    sweep file, then 60 % done, 1 % failed, 16 running of which 8 hold a live lease, by bulk SQL)."""
+    import psycopg
+    from status_scale import sweep_text
+
+    from sweepq.queue import reconcile
+    from sweepq.queue.database import Database
+    from sweepq.queue.pg_schema import quoted, sweep_schema
+    from sweepq.queue.store import Store
+    from sweepq.spec.sweep import load_sweep
+
+    url = server.create_database("status")
+    spec = tmp / "status.yaml"
+    spec.write_text(sweep_text(cells))
+    sweep = load_sweep(spec)
+    name = sweep.settings.name
+    t0 = time.perf_counter()
+    store = Store.open(tmp / "status-root", create=True, database=Database(url, sweep=name))
+    try:
+        store.apply_reconcile(sweep.settings, str(spec), lambda have: reconcile.plan(sweep, have, False))
+    finally:
+        store.close()
+    s = quoted(sweep_schema(name))
+    with psycopg.connect(server.dsn(url.rsplit("/", 1)[1]), autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE {s}.cells SET state = CASE WHEN \"index\" % 100 < 60 THEN 'done' "
+            f"WHEN \"index\" % 100 = 60 THEN 'failed' ELSE state END, "
+            'attempts = CASE WHEN "index" % 100 <= 60 THEN 1 ELSE 0 END, '
+            "metrics = CASE WHEN \"index\" % 100 < 60 THEN json_build_object('score', random()) END, "
+            'last_reason = CASE WHEN "index" % 100 < 60 THEN \'completed\' WHEN "index" % 100 = 60 '
+            "THEN 'error' END, finished_at = CASE WHEN \"index\" % 100 <= 60 THEN now() at time zone 'utc' END"
+        )
+        conn.execute(
+            f"UPDATE {s}.cells SET state = 'running', attempts = 1 WHERE id IN "
+            f"(SELECT id FROM {s}.cells WHERE state = 'queued' ORDER BY group_number, \"index\" LIMIT 16)"
+        )
+        conn.execute(
+            f"INSERT INTO {s}.attempts (cell_id, number, worker, host, started_at, start_step, reason, ended_at, "
+            "closed_at, end_step, wall_seconds) SELECT id, 1, 'w:1', 'node-1', now() at time zone 'utc' - interval "
+            "'1 hour', 0, CASE WHEN state = 'running' THEN NULL ELSE last_reason END, CASE WHEN state = 'running' "
+            "THEN NULL ELSE finished_at END, CASE WHEN state = 'running' THEN NULL ELSE finished_at END, "
+            f"CASE WHEN state = 'running' THEN NULL ELSE 200 END, 3600 FROM {s}.cells WHERE attempts = 1"
+        )
+        conn.execute(
+            f"INSERT INTO {s}.leases (cell_id, token, expires_at, renewed_at, host) SELECT id, md5(id), "
+            f"now() + interval '1 hour', now(), 'node-' || (\"index\" % 2) FROM {s}.cells WHERE state = 'running' "
+            'ORDER BY "index" LIMIT 8'
+        )
+        for table in ("cells", "attempts", "leases"):
+            conn.execute(f"VACUUM ANALYZE {s}.{table}")
+    made_s = time.perf_counter() - t0
+    log(f"status: {cells} cells made in {made_s:.1f} s")
+    elsewhere = tmp / "elsewhere"  # a folder of another machine: no sweep file, no root
+    elsewhere.mkdir()
+    argv = [sys.executable, "-m", "sweepq", "status", "--database", url, "--sweep", name]
+    env = {**os.environ, "COLUMNS": "200"}
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        done = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True)
+        times.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            raise SystemExit(f"bench: {' '.join(argv)} exited {done.returncode}:\n{done.stderr}")
+    best = min(times)
+    return {
+        "cells": cells,
+        "made_seconds": round(made_s, 1),
+        "seconds": round(best, 3),
+        "all_seconds": [round(t, 3) for t in times],
+        "target_s": 1.0,
+        "pass": best <= 1.0,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--cells", type=int, default=20_000, help="queued cells (more than one run claims)")
     ap.add_argument("--seconds", type=float, default=1.0, help="length of one run")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every worker count (order alternating)")
     ap.add_argument("--workers", default=",".join(map(str, WORKERS)), help="worker counts, comma-separated")
+    ap.add_argument("--lease", default="1,5", help="renew,expire seconds of the machine-death figure")
+    ap.add_argument("--status-cells", type=int, default=100_000, help="cells of the status figure's sweep")
+    ap.add_argument("--only", default="claims,death,status", help="figures to run, comma-separated")
     args, ignored = ap.parse_known_args()  # `make bench BENCH_ARGS=...` also passes the other benchmarks' flags
     if ignored:
         log(f"ignoring {' '.join(ignored)} (another benchmark's)")
+    only = set(args.only.split(","))
     counts = [int(w) for w in args.workers.split(",")]
     t0 = time.perf_counter()
     out: dict[str, Any] = {
-        "benchmark": "postgresql raw claims (the reference for sweepq's claims)",
+        "benchmark": "postgresql: sweepq's claims against a raw claim loop, a machine's death, status at scale",
         "cells": args.cells,
         "seconds_per_run": args.seconds,
         "rounds": args.rounds,
@@ -171,7 +399,7 @@ def main() -> int:
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "machine_load_before": load(),
     }
-    with PostgresServer() as server:
+    with PostgresServer() as server, tempfile.TemporaryDirectory(prefix="sweepq-bench-pg-") as tmp:
         import psycopg
 
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
@@ -181,28 +409,65 @@ def main() -> int:
             "start_seconds": round(server.start_seconds or 0, 2),
         }
         log(f"server up in {server.start_seconds:.2f} s; {args.cells} cells")
-        url = server.create_database("bench")
-        database = url.rsplit("/", 1)[1]
-        schema = make_sweep(url, args.cells)
-        rounds: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
-        for r in range(args.rounds):
-            for w in counts if r % 2 == 0 else counts[::-1]:
-                rounds[w].append(run(server, database, schema, w, args.seconds))
-                log(f"round {r + 1}/{args.rounds}, {w} workers: {rounds[w][-1]}")
-    figures = {}
-    for w, runs in rounds.items():
-        median = sorted(runs, key=lambda f: f["claims_per_s"] or 0)[len(runs) // 2]
-        figures[f"{w}_workers"] = {
-            **median,
-            "claims_per_s_rounds": [f["claims_per_s"] for f in runs],
-            "p99_ms_median_of_rounds": statistics.median(f["p99_ms"] or 0 for f in runs),
-            "double_claims": sum(f["double_claims"] for f in runs),
-        }
-    out["figures"] = figures
+        if "claims" in only:
+            out["claims"] = claims(server, Path(tmp), counts, args)
+        if "death" in only:
+            renew, expire = (float(x) for x in args.lease.split(","))
+            out["machine_death"] = machine_death(server, Path(tmp), renew, expire, cells=4)
+            log(f"machine death: {out['machine_death']}")
+        if "status" in only:
+            out["status"] = status_scale(server, Path(tmp), args.status_cells, args.rounds)
+            log(f"status: {out['status']}")
     out["machine_load_after"] = load()
     out["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out, indent=1))
     return 0
+
+
+def claims(server: PostgresServer, tmp: Path, counts: list[int], args: Any) -> dict[str, Any]:
+    """Each worker count's raw loop and sweepq's claims, interleaved in every round; the figures are each
+    count's median round, sweepq's as ratios to the raw loop's median."""
+    url = server.create_database("bench")
+    database = url.rsplit("/", 1)[1]
+    schema = make_sweep(url, args.cells)
+    root = str(tmp / "claims-root")
+    Path(root).mkdir()
+    rounds: dict[tuple[str, int], list[dict[str, Any]]] = {(k, w): [] for w in counts for k in ("raw", "sweepq")}
+    for r in range(args.rounds):
+        for w in counts if r % 2 == 0 else counts[::-1]:
+            for kind in ("raw", "sweepq") if r % 2 == 0 else ("sweepq", "raw"):
+                got = run(server, database, schema, w, args.seconds, None if kind == "raw" else root)
+                rounds[kind, w].append(got)
+                log(f"round {r + 1}/{args.rounds}, {kind}, {w} workers: {got}")
+
+    def median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        middle = sorted(runs, key=lambda f: f["claims_per_s"] or 0)[len(runs) // 2]
+        return {
+            **middle,
+            "claims_per_s_rounds": [f["claims_per_s"] for f in runs],
+            "p99_ms_median_of_rounds": statistics.median(f["p99_ms"] or 0 for f in runs),
+            "double_claims": sum(f["double_claims"] for f in runs),
+        }
+
+    figures: dict[str, Any] = {}
+    for w in counts:
+        raw, mine = median(rounds["raw", w]), median(rounds["sweepq", w])
+        ratio = round(mine["claims_per_s"] / raw["claims_per_s"], 3) if raw["claims_per_s"] else None
+        p99 = mine["p99_ms_median_of_rounds"]
+        figures[f"{w}_workers"] = {
+            "raw": raw,
+            "sweepq": mine,
+            "claims_ratio": ratio,
+            "p99_ratio": round(p99 / raw["p99_ms_median_of_rounds"], 3) if raw["p99_ms_median_of_rounds"] else None,
+        }
+        if w == 1:
+            figures["1_workers"].update(target_ratio=0.5, pass_=ratio is not None and ratio >= 0.5)
+        if w == 8:
+            figures["8_workers"].update(target_p99_ms=50.0, pass_=p99 <= 50.0)
+    for f in figures.values():
+        if "pass_" in f:
+            f["pass"] = f.pop("pass_") and f["sweepq"]["double_claims"] == 0
+    return figures
 
 
 if __name__ == "__main__":

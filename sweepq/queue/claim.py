@@ -248,7 +248,7 @@ def _server_claim(
         joined = joined.outerjoin(lease, true())
         held = (picked.c.id, lease.c.cell_id, lease.c.expires_at)
     stmt = select(*returns, attempt.c.number, *held, func.now()).select_from(joined)
-    return Prepared(stmt, dialect, returns, schema)
+    return Prepared(stmt, dialect, returns, schema, inline=True)
 
 
 @lru_cache(maxsize=32)
