@@ -175,6 +175,8 @@ class Worker:
             progress.notes.append(rejected)
         progress.flush(self.store, paths, claim.number)
         outcome = self._outcome(claim, paths, progress, intent, status, rusage, before)
+        if outcome.reason == Reason.ERROR:
+            _lapsed(outcome, owner)
         outcome.usage = used
         for words in (usage_text.low_gpu_flag(used), strays.ended_words(left) if left else None):
             if words:
@@ -392,6 +394,20 @@ class Worker:
         if o.reason not in (Reason.COMPLETED, Reason.PREEMPTED) and not o.error_tail:
             o.error_tail = tail_file(paths.stderr(claim.number))
         return o
+
+
+def _lapsed(outcome: Outcome, owner: liveness.Ownership) -> None:
+    """An error of an attempt whose ownership lapsed meanwhile is the queue's loss, not the training code's.
+
+    Its lease expired while the database could not be reached (an outage longer than the lease), so
+    its writes were refused (Fenced, or OwnershipLost where it started): `lost`, retried under
+    `retries: lost` from its last checkpoint, rather than an error that fails the cell for good.
+    """
+    why = owner.lost()
+    if why is not None:
+        outcome.reason = Reason.LOST
+        words = f"its ownership of the cell lapsed ({why}): its writes were refused"
+        outcome.note = f"{words}; {outcome.note}" if outcome.note else words
 
 
 def _why_fenced(owner: liveness.Ownership) -> str:
