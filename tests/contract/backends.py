@@ -15,6 +15,8 @@ adding one entry; nothing in the suites names an implementation.
   handoff, and how an owner loses its cell without hearing of it.
 - LEASE_BACKENDS: name -> a `LeaseBackend`: the livenesses that prove life by leases (renewal and
   expiry in one clock), for the lease rules only they have.
+- CELL_FILES_BACKENDS: name -> a factory `(request, tmp_path, cell) -> CellFiles`: a cell's durable
+  files (durable/files.py); two calls with one tmp_path are two processes' views of one storage.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from sweepq import layout
 from sweepq.checkpoint import storage
 from sweepq.checkpoint.memory import Bucket, InMemory
 from sweepq.checkpoint.storage import CheckpointStorage, LocalFolder
+from sweepq.durable import files
+from sweepq.durable.files import CellFiles
 from sweepq.layout import CellPaths
 from sweepq.queue import liveness
 from sweepq.queue.database import Database, upgrade
@@ -163,6 +167,47 @@ CHECKPOINT_BACKENDS: dict[str, Callable[[pytest.FixtureRequest], CheckpointBacke
     "local": lambda request: LocalBackend(),
     "memory": lambda request: MemoryBackend(),
     "s3": S3Backend,
+}
+
+
+# -- a cell's durable files -------------------------------------------------------------
+
+CellFilesFactory = Callable[[pytest.FixtureRequest, Path, str], CellFiles]
+
+
+def root_files(request: pytest.FixtureRequest, tmp_path: Path, cell: str) -> CellFiles:
+    """The default: the root folder itself (`storage:` unset), today's layout."""
+    return files.for_cell(CellPaths(tmp_path / "root", cell), None)
+
+
+def mounted_files(request: pytest.FixtureRequest, tmp_path: Path, cell: str) -> CellFiles:
+    """A folder every machine mounts, named as a user writes it (file://), beside the root."""
+    return files.for_cell(CellPaths(tmp_path / "root", cell), (tmp_path / "mounted").as_uri())
+
+
+_memory_stores: dict[Path, dict[str, bytes]] = {}
+
+
+def memory_files(request: pytest.FixtureRequest, tmp_path: Path, cell: str) -> CellFiles:
+    request.addfinalizer(lambda: _memory_stores.pop(tmp_path, None))
+    return files.MemoryFiles(cell, _memory_stores.setdefault(tmp_path, {}))
+
+
+def s3_files(request: pytest.FixtureRequest, tmp_path: Path, cell: str) -> CellFiles:
+    """A bucket of its own on the throwaway S3 server (moto on the loopback), per test."""
+    from sweepq.checkpoint.s3 import S3Url
+    from sweepq.durable.s3 import S3Files
+
+    server = request.getfixturevalue("s3_server")
+    bucket = request.getfixturevalue("s3_bucket")  # one per test: the cells of one test share it
+    return S3Files(S3Url(bucket, "sweeps/contract"), cell, server.client())
+
+
+CELL_FILES_BACKENDS: dict[str, CellFilesFactory] = {
+    "root": root_files,
+    "mounted": mounted_files,
+    "memory": memory_files,
+    "s3": s3_files,
 }
 
 

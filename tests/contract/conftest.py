@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from contract.backends import (
+    CELL_FILES_BACKENDS,
     CHECKPOINT_BACKENDS,
     LEASE_BACKENDS,
     LIVENESS_BACKENDS,
     STORE_BACKENDS,
+    CellFilesFactory,
     CheckpointBackend,
     LeaseBackend,
     LivenessBackend,
@@ -23,6 +25,11 @@ from sweepq.queue.database import Database
 @pytest.fixture(params=sorted(CHECKPOINT_BACKENDS))
 def checkpoints(request: pytest.FixtureRequest) -> CheckpointBackend:
     return CHECKPOINT_BACKENDS[request.param](request)
+
+
+@pytest.fixture(params=sorted(CELL_FILES_BACKENDS))
+def cell_files(request: pytest.FixtureRequest) -> CellFilesFactory:
+    return CELL_FILES_BACKENDS[request.param]
 
 
 @pytest.fixture(params=sorted(LIVENESS_BACKENDS))
