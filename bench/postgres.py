@@ -270,6 +270,7 @@ def machine_death(server: PostgresServer, tmp: Path, renew: float, expire: float
     # machine that joined just now would wait up to one more term (leases.py's rule on reconnection).
     time.sleep(expire + renew * random.random())  # the death falls anywhere between two renewals
     killed = time.monotonic()
+    assert doomed.pid is not None
     os.killpg(doomed.pid, signal.SIGKILL)
     doomed.join()
     again: dict[str, float] = {}

@@ -120,9 +120,94 @@ _root_only = click.option(
 )
 
 
+def _server_given(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[f"sweepq.{param.name}"] = value
+
+
+_database_only = click.option(
+    "--database",
+    default=None,
+    metavar="URL",
+    expose_value=False,
+    is_eager=True,
+    callback=_server_given,
+    help="With --sweep, instead of SPEC or --root: the sweep's PostgreSQL server (a SQLAlchemy URL), read "
+    "from any folder of any machine.",
+)
+_sweep_only = click.option(
+    "--sweep",
+    "sweep",
+    default=None,
+    metavar="NAME",
+    expose_value=False,
+    is_eager=True,
+    callback=_server_given,
+    help="With --database: the sweep's name (the sweep file's name:) on that server.",
+)
+
+
 def root_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--root, and --storage with it: every command that reads a root may be told where its storage is."""
-    return _root_only(storage_option(command))
+    """--root, and --storage with it: every command that reads a root may be told where its storage is.
+    And --database URL --sweep NAME in place of a root: the sweep on a server, from any folder."""
+    return _root_only(storage_option(_database_only(_sweep_only(command))))
+
+
+@contextmanager
+def root_of(spec: str | None, root: str | None) -> Iterator[Path]:
+    """The root a command works on: SPEC's, --root's or the current folder's (roots.resolve_root); with
+    --database URL --sweep NAME, a folder of the command's own (removed after it) that holds only the
+    record naming that sweep on that server, as a root joined with `sweepq worker --database` holds it:
+    every reader (the queue, the leases that tell a live owner) then finds the server, and no file of
+    another machine is needed. Nothing of the sweep is written."""
+    from sweepq.cli.roots import resolve_root
+
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    url, sweep = meta.get("sweepq.database"), meta.get("sweepq.sweep")
+    if url is None and sweep is None:
+        yield resolve_root(spec, root)
+        return
+    import tempfile
+
+    from sweepq.queue import database_url
+    from sweepq.spec.types import LeaseTerms
+
+    if url is None or not sweep:
+        raise UsageError("--database and --sweep go together: the server's URL and the sweep's name on it")
+    if spec or root:
+        raise UsageError("--database and --sweep name the sweep by themselves: leave out SPEC and --root")
+    if database_url.dialect(url, "--database") != "postgresql":
+        raise UsageError("--database: a sweep is read by name on a PostgreSQL server (a SQLite queue is its root's)")
+    _check_sweep(url, sweep)
+    before = os.environ.get(database_url.ENV_DATABASE)
+    # The command line first (and a literal password reaches the connection only this way: the record
+    # keeps the URL as shown), for this command alone.
+    os.environ[database_url.ENV_DATABASE] = url
+    try:
+        with tempfile.TemporaryDirectory(prefix="sweepq-read-") as folder:
+            terms = LeaseTerms()
+            chosen = database_url.Chosen(url, "--database")
+            database_url.write_record(Path(folder), chosen, sweep, terms.renew_seconds, terms.expire_seconds)
+            yield Path(folder)
+    finally:
+        if before is None:
+            os.environ.pop(database_url.ENV_DATABASE, None)
+        else:
+            os.environ[database_url.ENV_DATABASE] = before
+
+
+def _check_sweep(url: str, sweep: str) -> None:
+    """Refuse a sweep name the server does not hold, by name (not as a root without a database)."""
+    from sweepq.queue import database_url
+    from sweepq.queue.database import Database
+
+    database = Database(database_url.expanded(url, os.environ, "--database"), sweep=sweep, readonly=True)
+    try:
+        if not database.exists():
+            raise UsageError(f"the server {database.describe()} holds no sweep named {sweep!r} (--sweep)")
+    finally:
+        database.dispose()
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (stable fields).")
@@ -131,47 +216,50 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 @contextmanager
 def reading(spec: str | None, root: str | None) -> Iterator[Store]:
     """The store of the root named by SPEC, --root or the current folder, never written."""
-    from sweepq.cli.roots import resolve_root
     from sweepq.queue.store import Store
 
-    store = Store.open_readonly(resolve_root(spec, root))
-    try:
-        yield store
-    finally:
-        store.close()
+    with root_of(spec, root) as where:
+        store = Store.open_readonly(where)
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 @contextmanager
 def sqlite_reading(spec: str | None, root: str | None) -> Iterator[Reader]:
     """`reading`'s root through the standard library's sqlite3 alone (queue/opening.py): what `status`,
     `show`, `attempts`, `logs`, `best` and `report` read, without importing SQLAlchemy."""
-    from sweepq.cli.roots import resolve_root
     from sweepq.queue.database_url import read_record
     from sweepq.queue.opening import Reader
+    from sweepq.queue.store import Store
 
-    where = resolve_root(spec, root)
-    if read_record(where) is not None:  # the queue is on a server: read through the Store
-        with reading(spec, root) as store:
-            yield store  # type: ignore[misc]
-        return
-    reader = Reader.open(where)
-    try:
-        yield reader
-    finally:
-        reader.close()
+    with root_of(spec, root) as where:
+        if read_record(where) is not None:  # the queue is on a server: read through the Store
+            store = Store.open_readonly(where)
+            try:
+                yield store  # type: ignore[misc]
+            finally:
+                store.close()
+            return
+        reader = Reader.open(where)
+        try:
+            yield reader
+        finally:
+            reader.close()
 
 
 @contextmanager
 def steering(root: str | None) -> Iterator[Store]:
     """The store for a steering command (migrated if needed, short writes)."""
-    from sweepq.cli.roots import resolve_root
     from sweepq.queue.store import Store
 
-    store = Store.open(resolve_root(None, root))
-    try:
-        yield store
-    finally:
-        store.close()
+    with root_of(None, root) as where:
+        store = Store.open(where)
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

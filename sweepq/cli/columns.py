@@ -20,7 +20,8 @@ ORDER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "status": (
         ("cell", "state"),
         (
-            *(METRIC, "progress", PARAMS, SAME, "best", "last reason", "attempts", "use", "eta", "rate"),
+            *(METRIC, "progress", PARAMS, SAME, "best", "last reason", "attempts", "host", "lease age", "use"),
+            *("eta", "rate"),
             *("step", "epoch", "group", "note"),
         ),
     ),

@@ -113,9 +113,12 @@ LISTING = Listing()
 
 def status_view(store: Queue, all_rows: bool, all_params: bool, listing: Listing = LISTING) -> RenderableType:
     """The header and the table: every cell, or on a large sweep those `attention` picks and a footer."""
+    from sweepq.queue.states import CellState
+
     metric = store.settings().metric
     census = store.census()
-    workers, live = status_workers(store)
+    owners = Owners(store)
+    workers, live = status_workers(store, owners)
     fc = store.forecast(workers)
     footer = None
     if all_rows or census.total + census.removed <= listing.whole_up_to:
@@ -130,7 +133,8 @@ def status_view(store: Queue, all_rows: bool, all_params: bool, listing: Listing
     table = render.status_table(
         cells,
         metric,
-        dead=_dead_running(store, cells),
+        dead={c.id for c in cells if c.state is CellState.RUNNING and not owners.alive(c.id)},
+        leases=owners.leases,
         etas=etas,
         rates=rates,
         all_params=all_params,
@@ -162,27 +166,45 @@ def attention(store: Queue, listing: Listing = LISTING) -> tuple[list[CellRecord
 def status_json(store: Queue) -> Iterator[str]:
     """Every cell's `status --json` object as JSON text (one line), in cell order, made one at a time
     from the listing's plain rows (times and JSON columns already spelt as JSON)."""
-    from sweepq.queue import liveness
     from sweepq.queue.records import cell_line
 
-    fc, stalls, usages = store.forecast(status_workers(store)[0]), store.stalls(), store.usage_texts()
-    owners = liveness.for_root(store.root)
+    owners = Owners(store)
+    fc, stalls, usages = store.forecast(status_workers(store, owners)[0]), store.stalls(), store.usage_texts()
     for r in store.cell_listing():
         cell = r.id
-        alive = owners.owner_alive(cell) if r.state == _RUNNING else None
+        alive = owners.alive(cell) if r.state == _RUNNING else None
         more = (alive, fc.cell_seconds_left(cell), fc.steps_per_second(cell), stalls.get(cell))
         yield cell_line(r, more, usages.get(cell))
 
 
-def status_workers(store: Queue) -> tuple[int, bool]:
+class Owners:
+    """Whether a running cell's owner lives, as `status` asks it: the root's liveness, cell by cell (a
+    file lock each); on a server database every lease at once, in one statement (leases.py `holders`),
+    whose holder's host and last renewal `status` shows (`leases`: None on SQLite)."""
+
+    def __init__(self, store: Queue) -> None:
+        from sweepq.queue import liveness
+
+        self.owners = liveness.for_root(store.root)
+        holders = getattr(self.owners, "holders", None)  # a TableLiveness: leases.py (SQLAlchemy) already loaded
+        self.held: dict[str, Any] | None = holders() if holders is not None else None
+        self.leases = None if self.held is None else {c: (h.host, h.age_seconds) for c, h in self.held.items()}
+
+    def alive(self, cell: str) -> bool:
+        if self.held is None:
+            return self.owners.owner_alive(cell)
+        holder = self.held.get(cell)
+        return holder is not None and bool(holder.alive)
+
+
+def status_workers(store: Queue, owners: Owners | None = None) -> tuple[int, bool]:
     """How many workers the forecast counts, and whether any runs: the live launch's, else as many as
     cells have a live owner (workers started by hand), else one (what a relaunch would take at the least)."""
     from sweepq.cli import launch_lock  # psutil and the lock: only for the commands that ask
-    from sweepq.queue import liveness
 
     live = launch_lock.holder(store.root)
-    owners = liveness.for_root(store.root)
-    running = sum(1 for cell, _ in store.running() if owners.owner_alive(cell))  # a killed worker runs nothing
+    owners = owners or Owners(store)
+    running = sum(1 for cell, _ in store.running() if owners.alive(cell))  # a killed worker runs nothing
     if live is not None and live.workers:
         return max(live.workers, running), True
     return max(1, running), running > 0 or live is not None
@@ -253,20 +275,6 @@ def inexact_note(steps: list[int]) -> str:
     return f"inexact resume{' from step ' + at if at else ''}: data order restarted"
 
 
-def _alive(store: Queue, cell: Any) -> bool | None:
-    """For running cells: does a live process own the cell? (None for other states.)"""
-    from sweepq.queue import liveness
-    from sweepq.queue.states import CellState
-
-    if cell.state is not CellState.RUNNING:
-        return None
-    return liveness.for_root(store.root).owner_alive(cell.id)
-
-
-def _dead_running(store: Queue, cells: list[CellRecord]) -> set[str]:
-    return {c.id for c in cells if _alive(store, c) is False}
-
-
 @main.command()
 @click.argument("cell", required=False, metavar="CELL")
 @place_argument
@@ -280,11 +288,13 @@ def show(cell: str | None, spec: str | None, root: str | None, as_json: bool) ->
     (default: --root, else the current folder): `sweepq show 2.3 sweep.yaml`.
     """
     from sweepq.checkpoint.marker import read_done
+    from sweepq.durable import cache
     from sweepq.layout import CellPaths
 
     cell, spec = cell_and_place(cell, spec, "show")
     with sqlite_reading(spec, root) as store:
         rec = store.cell(one_cell(store, cell, "show"))
+        cache.fill(store, [rec.id])  # its DONE.json and receipts, when only the sweep's storage has them
         attempts = store.attempts(rec.id)
         ckpts = store.checkpoints(rec.id)
         events = store.events(rec.id)

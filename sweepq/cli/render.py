@@ -144,8 +144,11 @@ def status_table(
     usages: dict[str, dict[str, Any]] | None = None,
     rates: dict[str, float] | None = None,
     footer: RenderableType | None = None,
+    leases: Mapping[str, tuple[str | None, float]] | None = None,
 ) -> RenderableType:
     """`etas`: seconds until each cell ends (the forecast's, header.per_cell);
+    `leases`: on a server database, each leased cell's holder's host and the seconds since its last
+    renewal (columns `host` and `lease age` for the running cells; None: no such columns);
     `stalls`: seconds without progress of running cells past their threshold (Store.stalls);
     `notes`: what the last attempt of a cell said, when its machine failed it (Store.fault_notes);
     `all_params`: every cfg key, not only those that vary across the cells;
@@ -182,6 +185,7 @@ def status_table(
         Column(mname or "metric", mvalues, rank[METRIC], "right", short_name=short_header(mname, mvalues)),
         Column("best", [fmt_num(c.best) for c in cells], rank["best"], "right"),
         Column("attempts", [str(c.attempts) if c.attempts else "" for c in cells], rank["attempts"], "right"),
+        *_lease_columns(cells, leases, rank),
         Column("use", [usage_text.usage_cell(usages.get(c.id)) for c in cells], rank["use"], "right"),
         Column("last reason", [c.last_reason or "" for c in cells], rank["last reason"], short_name="reason"),
         Column(
@@ -195,6 +199,19 @@ def status_table(
     if footer is not None:
         return Group(table, Text(""), footer)
     return Group(table, param_columns.Constants([c.result_cfg for c in cells], all_params), Text(""), summary(cells))
+
+
+def _lease_columns(
+    cells: Sequence[CellRecord], leases: Mapping[str, tuple[str | None, float]] | None, rank: dict[str, int]
+) -> list[Column]:
+    """Where each running cell runs and how long ago its holder last renewed its lease (a server database)."""
+    if leases is None:
+        return []
+    held = [leases.get(c.id) if c.state is CellState.RUNNING else None for c in cells]
+    return [
+        Column("host", [h[0] or "" if h else "" for h in held], rank["host"]),
+        Column("lease age", [fmt_seconds(h[1]) if h else "" for h in held], rank["lease age"], "right"),
+    ]
 
 
 def status_footer(counts: Mapping[CellState, int], removed: int, shown: int, why: str) -> Group:

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -236,15 +237,31 @@ class TableLiveness:
             return False
         return expires > now or not settled  # an expired row counts as live until this process settled
 
-    def holding(self) -> dict[str, tuple[str | None, float]]:
-        """For status: cell -> (holder's host, seconds since its last renewal), unexpired leases only."""
+    def holders(self) -> dict[str, Holder]:
+        """For status, every lease in one statement: cell -> its holder's host, the seconds since its last
+        renewal, and whether its owner counts as alive (`owner_alive`'s rule: unexpired, or this process
+        has not settled yet). A cell without a row has no live owner."""
         with self._statement() as conn:
+            now = conn.execute(select(func.now())).scalar_one()
             rows = conn.execute(
-                select(_LEASES.c.cell_id, _LEASES.c.host, extract("epoch", func.now() - _LEASES.c.renewed_at)).where(
-                    _LEASES.c.expires_at > func.now()
+                select(
+                    _LEASES.c.cell_id,
+                    _LEASES.c.host,
+                    extract("epoch", func.now() - _LEASES.c.renewed_at),
+                    _LEASES.c.expires_at > func.now(),
                 )
             ).all()
-        return {cell: (host, float(age)) for cell, host, age in rows}
+        settled = self._note(now)
+        return {cell: Holder(host, max(0.0, float(age)), bool(live) or not settled) for cell, host, age, live in rows}
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A lease as `status` shows it."""
+
+    host: str | None
+    age_seconds: float  # since its holder last renewed it, in the server's clock
+    alive: bool
 
 
 class _TableOwnership:

@@ -128,7 +128,7 @@ def old_status_json(store: Store) -> str:
         | {
             "cfg": c.result_cfg,
             "new_cfg": c.new_cfg,
-            "alive": read_commands._alive(store, c),
+            "alive": read_commands.Owners(store).alive(c.id) if c.state == "running" else None,
             "eta_seconds": fc.cell_seconds_left(c.id),
             "rate_steps_per_second": fc.steps_per_second(c.id),
             "no_progress_seconds": stalls.get(c.id),
