@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sweepq.checkpoint.crashpoints import crash_point
 from sweepq.checkpoint.storage import CheckpointStorage, Staged
 
 FenceCheck = Callable[[str], None]  # raises when the write named must not happen
@@ -82,4 +83,7 @@ class _FencedStaged:
 
     def commit(self, manifest_bytes: bytes) -> bool:
         self.fence()
+        # Between the fence's answer and the commit a process may stop for any time (on a bucket the
+        # commit is one PUT): what it commits then is never trusted by a later attempt (witnessed.py).
+        crash_point("after_fence")
         return self.inner.commit(manifest_bytes)

@@ -42,6 +42,7 @@ from pathlib import Path
 from sweepq.atomic import atomic_write_bytes, atomic_write_json
 from sweepq.checkpoint import retention, storage
 from sweepq.checkpoint.manifest import CheckpointCorrupt
+from sweepq.checkpoint.witnessed import Witnessed
 from sweepq.errors import SpecError
 from sweepq.layout import CellPaths
 from sweepq.queue import liveness
@@ -92,7 +93,9 @@ def resume_checkpoint(spec: AttemptSpec, paths: CellPaths) -> str:
     The newest committed checkpoint whose manifest verifies; after a `nan`
     attempt, the newest before the one the bad interval started from (as Run does).
     """
-    checkpoints = storage.for_cell(paths, Settings.from_json(spec.settings).storage)
+    checkpoints: storage.CheckpointStorage = storage.for_cell(paths, Settings.from_json(spec.settings).storage)
+    if spec.witnessed is not None:  # a superseded attempt's late commit is never the one resumed (witnessed.py)
+        checkpoints = Witnessed(checkpoints, spec.attempt, spec.witnessed)
     steps = checkpoints.steps()
     limit = retention.rollback_limit(steps, spec.nan_step)
     if limit is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from sweepq.atomic import read_json
 from sweepq.checkpoint import marker, storage
 from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
+from sweepq.durable import files as durable_files
 from sweepq.evidence import Evidence, Witness
 from sweepq.layout import CELLS_DIR, DONE_NAME, MANIFEST_NAME, CellPaths
 from sweepq.outcome import account_of, decide
@@ -26,13 +27,18 @@ from sweepq.queue.states import CellState, Reason
 from sweepq.queue.store import CheckpointState, Store
 
 
-def sync_checkpoints(store: Store, cell: str, owner: bool = True) -> None:
-    """Make the database's checkpoint rows agree with the committed folders on disk.
+def sync_checkpoints(store: Store, cell: str, owner: bool = True, written_by: int | None = None) -> None:
+    """Make the database's checkpoint rows agree with the committed steps in the sweep's storage.
 
     A committed folder whose manifest is damaged is corrupt: the cell's owner
     (`owner`: the caller holds the cell's ownership) moves it aside and records
     why, as a training process does when its restore meets one; anyone else
     leaves it, and its row, to the owner.
+
+    A row is a checkpoint's witness (checkpoint/witnessed.py): with `written_by`, only the steps that
+    attempt wrote (or that carry no attempt, or are links) get one, so a late commit of an attempt the
+    queue moved past is never vouched for by a later attempt's close; 0 records none. None (a repair
+    rebuilding the queue from the files) records every step.
     """
     paths = CellPaths(store.root, cell)
     checkpoints = storage.for_cell(paths, store.settings().storage)
@@ -50,6 +56,9 @@ def sync_checkpoints(store: Store, cell: str, owner: bool = True) -> None:
         row = known.get(step)
         if row is not None and row.state == CheckpointState.COMMITTED and row.manifest_sha256:
             continue
+        by = m.get("attempt")
+        if written_by is not None and isinstance(by, int) and by != written_by and checkpoints.linked(step) is None:
+            continue  # another attempt's, unwitnessed: its own close (or nobody) vouches for it
         store.record_checkpoint(
             # A row made here is dated when the manifest was written, not now: a checkpoint committed by a
             # process that died before its worker heard of it was made then (report's training lost).
@@ -87,8 +96,10 @@ def _quarantine(store: Store, paths: CellPaths, checkpoints: storage.CheckpointS
 def finish_attempt(
     store: Store, cell: str, number: int, outcome: Outcome, found_dead: bool = False, last_seen: datetime | None = None
 ) -> CellState | None:
-    # Fenced: an attempt the queue already moved past touches none of the cell's checkpoints.
-    sync_checkpoints(store, cell, owner=store.is_current(cell, number))
+    # Fenced: an attempt the queue already moved past touches none of the cell's checkpoints, and vouches for
+    # none (0); the current one's close witnesses the steps it wrote that are in the storage now.
+    current = store.is_current(cell, number)
+    sync_checkpoints(store, cell, owner=current, written_by=number if current else 0)
     return store.finish(cell, number, outcome, found_dead=found_dead, last_seen=last_seen)
 
 
@@ -129,14 +140,16 @@ def outcome_from_files(store: Store, cell: str, number: int, last_step: int | No
     Read in the table's order, so a receipt spares the verification of DONE.json.
     """
     paths = CellPaths(store.root, cell)
+    where = store.settings().storage
+    files = durable_files.for_cell(paths, where)
     try:
         receipt = read_json(paths.receipt(number))
     except (OSError, ValueError):
-        receipt = None
+        receipt = durable_files.read_json(files, f"attempts/{number}/receipt.json")  # its machine's gone
     if account_of(receipt) is not None:
         return _judged(Evidence(Witness.REAPER, account=receipt))
-    checkpoints = storage.for_cell(paths, store.settings().storage)
-    done, _ = marker.verify_done(paths, store.cell(cell).cfg_hash, checkpoints)
+    checkpoints = storage.for_cell(paths, where)
+    done, _ = marker.verify_done(paths, store.cell(cell).cfg_hash, checkpoints, files)
     if done is not None and done.get("attempt") == number:
         return _judged(Evidence(Witness.REAPER, done=done))
     found = storage.committed_manifests(checkpoints)
@@ -192,10 +205,12 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
     """
     changes = []
     cells_dir = f"{store.root}/{CELLS_DIR}"  # text, not Path: 100,000 Path joins cost seconds
+    kept = store.settings().storage  # the marker that counts is there (the root's copy may be gone)
     for cell, finished_at in store.done_cells():
         if _unchanged(f"{cells_dir}/{cell}/{DONE_NAME}", finished_at):
             continue  # as it was when the queue heard: it was a marker then
-        why = marker.load_done(CellPaths(store.root, cell))[1]  # "no DONE.json" where the folder is gone too
+        paths = CellPaths(store.root, cell)
+        why = marker.load_done(paths, durable_files.for_cell(paths, kept))[1]  # "no DONE.json" where none is kept
         if why is not None and store.requeue_missing_marker(cell, why):
             changes.append((cell, f"requeued: {why}"))
     if not _any_folder(cells_dir):
@@ -208,9 +223,12 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
         if folders is not None and cell not in folders:
             continue
         paths = CellPaths(store.root, cell)
-        done, _ = marker.verify_done(paths, cfg_hash, storage.for_cell(paths, where))
+        done, _ = marker.verify_done(
+            paths, cfg_hash, storage.for_cell(paths, where), durable_files.for_cell(paths, where)
+        )
         if done is not None and store.repair_done(cell, done):
-            sync_checkpoints(store, cell, owner=False)  # not taken: a damaged checkpoint is left as it is
+            # Not taken: a damaged checkpoint is left as it is. The marker's attempt wrote what it names.
+            sync_checkpoints(store, cell, owner=False, written_by=done.get("attempt"))
             changes.append((cell, "done: repaired from DONE.json"))
     return changes
 

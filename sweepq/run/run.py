@@ -34,10 +34,11 @@ from sweepq.checkpoint.commit import Committed
 from sweepq.checkpoint.fenced import FenceCheck, FencedStorage
 from sweepq.checkpoint.image import Files
 from sweepq.checkpoint.manifest import CheckpointCorrupt
+from sweepq.checkpoint.witnessed import Witnessed
 from sweepq.errors import SweepqError
 from sweepq.host import signals
 from sweepq.layout import CellPaths
-from sweepq.run import fingerprint, history_writer, reporter
+from sweepq.run import collective, fingerprint, history_writer, reporter
 from sweepq.run.cadence import Cadence
 from sweepq.run.committed import CommittedSet
 from sweepq.run.errors import DataError, NonFiniteLoss
@@ -66,14 +67,25 @@ class Run:
         self._policy: CheckpointPolicy = settings.checkpoint
         self._metric: Metric | None = settings.metric
         self._channel = channel or Channel(None)
+        # `processes: N` of a `train:` cell: every rank has a Run; rank 0 decides and commits, the others
+        # follow (collective.py). A follower reports nothing and writes nothing of the cell.
+        self._ranks = collective.from_env()
+        self._follower = self._ranks is not None and not self._ranks.is_main
+        if self._follower:
+            self._channel = Channel(None)
         self._snap = snapshot.Snapshotter()
         self._guard = snapshot.StepGuard()  # optimizer.step() waits for a late copy
         self._overlap = self._policy.overlap
         self._writer = checkpoint.AsyncWriter()
         self._cadence = Cadence(self._policy, self._writer)
         cell_storage = storage.for_cell(self.paths, settings.storage)
-        self._checkpoints = cell_storage if fence is None else FencedStorage(cell_storage, fence)
+        fenced = cell_storage if fence is None else FencedStorage(cell_storage, fence)
+        # Fencing at the storage: a late commit of a superseded attempt is never resumed from (witnessed.py).
+        witnessed = None if spec.witnessed is None else Witnessed(fenced, spec.attempt, spec.witnessed)
+        self._checkpoints = fenced if witnessed is None else witnessed
         self._committed = CommittedSet(self._checkpoints, self._channel)
+        if witnessed is not None:
+            self._say_unwitnessed(witnessed.unwitnessed)
         self._reporter: reporter.Reporter | None = None  # a program's (Run.from_env())
         self._state_ref: dict[str, Any] | None = None
         self._resume: tuple[Path | None] | None = None  # resume_path()'s answer, once asked
@@ -121,7 +133,13 @@ class Run:
 
     @property
     def should_stop(self) -> bool:
-        """True once a preemption signal (SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP) arrived."""
+        """True once a preemption signal (SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP) arrived.
+
+        In a `train:` cell of several processes each read is a meeting of the ranks (read it at the same
+        points on every rank): True on every rank at the same read once a signal reached any of them.
+        """
+        if self._ranks is not None:
+            return self._ranks.stop()
         return signals.requested()
 
     def restore(self, state: dict[str, Any], map_location: str | torch.device | None = None) -> bool:
@@ -130,11 +148,18 @@ class Run:
         Objects with `load_state_dict` are loaded, other entries replaced, and the
         RNG states (python, numpy, torch, CUDA) restored. A checkpoint that fails
         verification is moved aside and the previous one used.
+
+        With several processes, call it on every rank: rank 0 chooses the checkpoint, every rank
+        loads that one (the replicated state) and gets its own RNG states back.
         """
+        if self._follower:
+            return self._restore_follower(state, map_location)
         max_step = self._committed.rollback_limit(self._spec.nan_step)
         self._best_pending = None  # what is kept is what the committed set holds after the restore
         loaded = checkpoint.load_newest(self._checkpoints, max_step, on_corrupt=self._report_corrupt)
         self._state_ref = state
+        if self._ranks is not None:  # the step every rank loads; -1: all start fresh
+            self._ranks.decide("-1" if loaded is None else str(loaded.step))
         if loaded is None:
             self._channel.send(Fresh(rollback=max_step is not None, none_verified=bool(self.corrupt)))
             return False
@@ -208,20 +233,28 @@ class Run:
         forward/backward, and the next `optimizer.step()` waits for that copy
         (snapshot.py); a forced checkpoint copies everything before it returns.
         A step already committed is a no-op.
+
+        With several processes it is a collective: call it on every rank with the same step. Rank 0
+        decides (cadence, force, best) for all; when it takes one, every other rank hands rank 0 its
+        RNG states and rank 0 commits the state (replicated: its own copy) with every rank's RNG in
+        one checkpoint, so all of it commits together or none does.
         """
         step = int(step)
         self._state_ref = state
         self.last_step = max(self.last_step, step)
+        if self._follower:
+            return self._follow_checkpoint(step)
         if metrics:
             self._check_finite(step, metrics)
             self._track_best(step, metrics)
             self._given = (step, metrics)
-        if step <= self._cadence.last_scheduled:
-            return False
         best = self._beats_kept_best(metrics) if metrics else None
-        if not (force or best is not None or self._cadence.due(step)):
+        take = step > self._cadence.last_scheduled and (force or best is not None or self._cadence.due(step))
+        if self._ranks is not None:
+            self._ranks.decide("1" if take else "0")
+        if not take:
             return False
-        self._save(state, step, metrics or {}, overlap=not force)
+        self._save(state, step, metrics or {}, overlap=not force, gather=self._ranks is not None)
         if best is not None:
             self._best_pending = best
         return True
@@ -230,6 +263,9 @@ class Run:
         """Record scalars at a step: shown by `sweepq status`, kept in the history (`epoch=` sets the epoch)."""
         step = int(step)
         self.last_step = max(self.last_step, step)
+        if self._follower:  # rank 0's points are the cell's history
+            self.epoch = float(scalars["epoch"]) if "epoch" in scalars else self.epoch
+            return
         self._history.append(step, values := plain(scalars))  # first: a non-finite loss's point is history too
         self._check_finite(step, values)
         self.epoch = float(values["epoch"]) if "epoch" in values else self.epoch
@@ -290,7 +326,8 @@ class Run:
             return existing
         path = os.environ.get(ENV_ATTEMPT_FILE)
         rank = os.environ.get("RANK", "0")
-        if path and rank != "0":  # a cell's checkpoints have one writer: two would race on every commit
+        ranked = bool(os.environ.get(collective.ENV_PORT))  # a train: cell's ranks: every rank has a Run
+        if path and rank != "0" and not ranked:  # a cell's checkpoints have one writer: two would race
             raise RuntimeError(
                 f"Run.from_env() on rank {rank}: under `processes:` only rank 0 holds the cell's Run (it reports, "
                 "logs and commits checkpoints). Call it when RANK is 0, e.g. run = Run.from_env() if "
@@ -308,6 +345,10 @@ class Run:
 
         signals.install()
         spec = AttemptSpec.load(Path(path))
+        if rank != "0":  # a follower rank: it writes nothing of the cell, reports nothing, holds no lease
+            run = cls(spec, None, None)
+            Run._from_env = run  # type: ignore[attr-defined]
+            return run
         owner = liveness.for_root(Path(spec.root)).inherit(spec.cell)  # never a second writer of its checkpoints
         fence = Fence(Path(spec.root), spec.cell, spec.attempt, owner).check if owner is not None else None
         run = cls(spec, Channel.from_env(), fence)
@@ -319,6 +360,8 @@ class Run:
 
     def close(self, completed: bool) -> None:
         """Wait for the write in flight; on completion make sure the last step is committed."""
+        if self._follower:
+            return
         self._history.close()  # every point logged on the disk, whatever happens below
         self._writer.flush()
         self._guard.remove()
@@ -341,9 +384,15 @@ class Run:
 
     # -- internals ----------------------------------------------------------------
 
-    def _save(self, state: dict[str, Any], step: int, metrics: dict[str, Any], overlap: bool = False) -> None:
+    def _save(
+        self, state: dict[str, Any], step: int, metrics: dict[str, Any], overlap: bool = False, gather: bool = False
+    ) -> None:
+        """`gather`: the other ranks take this checkpoint too and hand over their RNG states (a pause of
+        theirs: it counts in this one)."""
         t0 = time.perf_counter()
         rng = serialize.capture_rng()
+        if gather and self._ranks is not None:
+            rng["ranks"] = self._ranks.gather_rng(None)
         skeleton, tensors = serialize.flatten(state)
         self._writer.flush()  # at most one write in flight; raises its error if it failed
         late = self._guard.owned(state) if overlap and self._overlap else frozenset()
@@ -353,6 +402,44 @@ class Run:
         self._writer.submit(lambda: self._commit_snapshot(step, snap, skeleton, rng, meta))
         self._guard.arm(snap)  # after the job is handed over: a copy that never starts never holds a step
         self._cadence.paused(time.perf_counter() - t0)
+
+    def _follow_checkpoint(self, step: int) -> bool:
+        """A follower's side of `checkpoint`: rank 0's decision; when taken, this rank's RNG states to it."""
+        assert self._ranks is not None
+        if self._ranks.decide(None) != "1":
+            return False
+        t0 = time.perf_counter()
+        self._ranks.gather_rng(serialize.capture_rng())
+        self._cadence.last_scheduled = step
+        self._cadence.paused(time.perf_counter() - t0)
+        return True
+
+    def _restore_follower(self, state: dict[str, Any], map_location: str | torch.device | None) -> bool:
+        """A follower's side of `restore`: the checkpoint rank 0 chose (and verified), with this rank's RNG."""
+        assert self._ranks is not None
+        self._state_ref = state
+        step = int(self._ranks.decide(None))
+        if step < 0:
+            return False
+        loaded = checkpoint.load(self._checkpoints, step)  # verified again: every byte this rank trains on
+        tensors = loaded.state
+        if map_location is not None:
+            tensors = serialize.to_device(tensors, torch.device(map_location))
+        serialize.load_into(state, tensors)
+        mine = ((loaded.rng or {}).get("ranks") or {}).get(str(self.rank))
+        if mine:
+            serialize.restore_rng(mine)
+        else:  # a checkpoint of fewer ranks (or a one-process run): this rank's streams start afresh
+            note = f"the checkpoint of step {step} holds no RNG states of rank {self.rank}: its streams are not resumed"
+            print(f"sweepq warning: {self.cell}: {note}", file=sys.stderr, flush=True)
+            self.warnings.append(note)
+        self.start_step = self.last_step = step
+        self.start_sha = loaded.manifest_sha256
+        self.epoch = loaded.manifest.get("epoch")
+        best = loaded.manifest.get("best") or {}
+        self.best, self.best_step = best.get("value"), best.get("step")
+        self._cadence.restart_at(step)
+        return True
 
     def _commit_snapshot(
         self, step: int, snap: snapshot.Snapshot, skeleton: Any, rng: dict[str, Any], meta: dict[str, Any]
@@ -489,6 +576,15 @@ class Run:
             print(f"sweepq warning: resuming {self.cell} from step {step}: {note}", file=sys.stderr, flush=True)
         self.warnings.extend(notes)
         self._channel.send(Warned(event="resumed_under_changes", step=step, notes=notes))
+
+    def _say_unwitnessed(self, hidden: dict[int, int]) -> None:
+        for step, by in sorted(hidden.items()):
+            note = (
+                f"checkpoints/step-{step} was committed by attempt {by} after the queue had given the cell to "
+                "a later attempt (a late write of a superseded process): it is never resumed from"
+            )
+            print(f"sweepq warning: {note}", file=sys.stderr, flush=True)
+            self._channel.send(Warned(event="checkpoint_unwitnessed", step=step, notes=[note]))
 
     def _report_corrupt(self, step: int, why: str, moved: Path) -> None:
         self.corrupt.append({"step": step, "why": why})

@@ -33,6 +33,10 @@ class AttemptSpec:
     # the instant max_attempt_seconds counts from. CLOCK_MONOTONIC is one clock
     # for every process of a machine, so the receipt's wall time counts from it too.
     started_monotonic: float | None = None
+    # The queue's committed checkpoint rows of the cell when the attempt started, [step, attempt, manifest
+    # sha256] each: the witnesses of earlier attempts' checkpoints (checkpoint/witnessed.py). None (a spec
+    # written without a queue): every committed step is trusted.
+    witnessed: list[list[Any]] | None = None
 
     def save(self, path: Path) -> None:
         atomic_write_json(path, asdict(self))

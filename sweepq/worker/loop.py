@@ -31,7 +31,7 @@ from sweepq.queue import liveness
 from sweepq.queue.reaper import finish_attempt, reap, reconcile_markers
 from sweepq.queue.records import Claim, Outcome, WorkerInfo
 from sweepq.queue.states import Reason
-from sweepq.queue.store import Store
+from sweepq.queue.store import CheckpointState, Store
 from sweepq.spec.sweep import Settings
 from sweepq.wire import channel as chan
 from sweepq.wire.attempt_spec import ENV_ATTEMPT_FILE, AttemptSpec
@@ -262,6 +262,12 @@ class Worker:
             previous_reason=claim.previous_reason,
             worker_pid=os.getpid(),
             started_monotonic=started,
+            # Read after the claim: every earlier attempt is closed, its late commits unwitnessed for good.
+            witnessed=[
+                [k.step, k.attempt, k.manifest_sha256]
+                for k in self.store.checkpoints(claim.cell)
+                if k.state == CheckpointState.COMMITTED
+            ],
         )
         attempt_file = paths.attempt_file(claim.number)
         spec.save(attempt_file)
