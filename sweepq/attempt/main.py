@@ -22,6 +22,8 @@ from typing import Any
 from sweepq.attempt.judge import Trained, judged
 from sweepq.checkpoint import marker, storage
 from sweepq.checkpoint.fenced import FencedStorage
+from sweepq.durable import files as durable_files
+from sweepq.durable.shipping import Shipper
 from sweepq.host import logkeeper, signals
 from sweepq.host.diskfull import Reserve, disk_error, guard_streams, write_receipt
 from sweepq.host.procs import die_with_parent, orphaned
@@ -106,12 +108,23 @@ def _write_done(spec: AttemptSpec, run: Trained | program.ProgramRun | None, out
         best=run.best if run is not None else None,
         best_step=run.best_step if run is not None else None,
         checkpoints=checkpoints,
+        files=durable_files.for_cell(paths, Settings.from_json(spec.settings).storage),
     )
 
 
 def _newest_committed(checkpoints: storage.CheckpointStorage) -> int | None:
     steps = checkpoints.steps()
     return steps[0] if steps else None
+
+
+def _to_storage(shipper: Shipper, files: durable_files.CellFiles, paths: CellPaths, number: int) -> None:
+    """The last of the history and the logs, then the receipt, in the sweep's storage. The queue has the
+    receipt too (the Ended message): a storage that refuses them now costs the files, never the attempt."""
+    try:
+        shipper.finish()
+        files.put(f"attempts/{number}/receipt.json", paths.receipt(number).read_bytes())
+    except Exception as e:
+        print(f"sweepq: attempt {number}'s files did not all reach the sweep's storage: {e}", file=sys.stderr)
 
 
 def close_as_orphan(spec: AttemptSpec, outcome: Outcome) -> None:
@@ -145,8 +158,18 @@ def main(argv: list[str] | None = None, started_by: str = "interpreter") -> int:
     channel = Channel.from_env()
     reserve = Reserve.beside(paths.receipt(spec.attempt))  # room for the receipt should the disk fill up
     FencedStorage(storage.for_cell(paths, settings.storage), fence.check).clean_partial()
+    # The history and the logs copied to the sweep's storage as they grow, when it is not this root.
+    files = durable_files.for_cell(paths, settings.storage)
+    shipper = (
+        None if durable_files.is_root(files, paths) else Shipper(files, paths.attempt_dir(spec.attempt), spec.attempt)
+    )
+    if shipper is not None:
+        shipper.start()
     started_here = time.monotonic()  # when the worker did not say when it started us
-    if settings.train:
+    # A train: cell of several processes runs its ranks as a program's (program/ranks.py): each rank
+    # calls train(cfg, run) in its own process, and this one supervises them.
+    in_process = bool(settings.train) and settings.processes_of(spec.cell) == 1
+    if in_process:
         from sweepq.attempt import training  # torch and the user's code: only train cells load them
     gpus = gpus_seen()
     spec.fingerprints = {
@@ -163,7 +186,7 @@ def main(argv: list[str] | None = None, started_by: str = "interpreter") -> int:
         )
     )
     run: Trained | program.ProgramRun | None
-    if settings.train:
+    if in_process:
         try:
             logkeeper.start_raising()  # a train loop that floods its logs is stopped with LogFlood
             outcome, run = training.run_train(spec, settings, channel, fence.check)
@@ -197,11 +220,13 @@ def main(argv: list[str] | None = None, started_by: str = "interpreter") -> int:
         outcome.start_checkpoint_sha = run.start_sha
     logkeeper.finish()  # the logs as they stay, before anyone reads them for this attempt
     write_receipt(paths.receipt(spec.attempt), outcome.to_json(), reserve)  # with the reserve on a full disk
+    if shipper is not None:
+        _to_storage(shipper, files, paths, spec.attempt)
     channel.send(Ended(outcome=outcome.to_json()))
     if orphaned(spec.worker_pid):
         close_as_orphan(spec, outcome)
     sys.stdout.flush()
     sys.stderr.flush()
-    if not settings.train:
+    if not in_process:
         return program.exit_like(outcome)  # the program's exit code or signal, for the receipt
     return EXIT_CODES.get(Reason(outcome.reason), 1)

@@ -48,7 +48,7 @@ def run_train(
         if run is not None:
             _close_quietly(run)
         return judged(run, raised=raised(e)), run
-    outcome = judged(run, finished=True, metrics=_metrics(result))
+    outcome = judged(run, finished=True, metrics=result_metrics(result))
     if outcome.reason != Reason.COMPLETED:
         failed = _close_quietly(run)  # a full disk refused the emergency checkpoint: say so
         if failed is not None and disk_error(failed) is not None:
@@ -71,7 +71,7 @@ def _close_quietly(run: Run) -> Exception | None:
     return None
 
 
-def _metrics(result: Any) -> dict[str, Any] | None:
+def result_metrics(result: Any) -> dict[str, Any] | None:
     if result is None:
         return None
     if isinstance(result, dict):

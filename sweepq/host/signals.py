@@ -27,6 +27,13 @@ def install() -> None:
         signal.signal(sig, _on_signal)
 
 
+def relay(signum: int) -> None:
+    """A stop signal that another process of the attempt heard (another rank of the cell), taken as
+    this process's own: every rank then stops, and reports the stop, alike."""
+    if not _stop.is_set():
+        _on_signal(signum, None)
+
+
 def requested() -> bool:
     return _stop.is_set()
 

@@ -25,17 +25,25 @@ when each rank ended.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from sweepq.host import logkeeper, signals
 from sweepq.program.launch import Launch
+from sweepq.spec.sweep import Settings
+
+#: The port of a `train:` cell's ranks' own store (run/collective.py), beside torchrun's MASTER_PORT.
+ENV_STORE_PORT = "SWEEPQ_RANKS_PORT"
+#: What each rank of a `train:` cell runs: `train(cfg, run)` with its own Run (attempt/rank.py).
+TRAIN_RANK_MODULE = "sweepq.attempt.rank"
 
 #: After the first rank failed, how long the others may take to end on SIGTERM before SIGKILL.
 RANK_GRACE_SECONDS = 5.0
@@ -69,13 +77,23 @@ def rank_env(rank: int, world: int, port: int, run_id: str) -> dict[str, str]:
     }
 
 
-def start(launch: Launch, world: int, run_id: str) -> list[subprocess.Popen[bytes]]:
-    """Start the `world` ranks of the program; OSError (none left running) when one cannot start."""
+def train_settings(settings: Settings) -> Settings:
+    """A `train:` cell of several processes, as the program its ranks run: each rank is
+    `python -m sweepq.attempt.rank` in the sweep file's folder (the train module imports from there)."""
+    return dataclasses.replace(settings, command=[sys.executable, "-m", TRAIN_RANK_MODULE], workdir="sweep")
+
+
+def start(launch: Launch, world: int, run_id: str, store: bool = False) -> list[subprocess.Popen[bytes]]:
+    """Start the `world` ranks of the program; OSError (none left running) when one cannot start.
+
+    `store`: a `train:` cell's ranks, whose Runs agree through a store of their own (ENV_STORE_PORT).
+    """
     port = free_port()
+    extra = {ENV_STORE_PORT: str(free_port())} if store else {}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for rank in range(world):
-            env = {**launch.env, **rank_env(rank, world, port, run_id)}
+            env = {**launch.env, **rank_env(rank, world, port, run_id), **extra}
             env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: N ranks must not each take every core
             procs.append(
                 subprocess.Popen(

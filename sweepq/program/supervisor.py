@@ -84,6 +84,8 @@ def grace_seconds() -> float:
 def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tuple[Outcome, ProgramRun | None]:
     """Run the cell's program to its end; (how the attempt ended, what the program reported)."""
     paths = CellPaths(Path(spec.root), spec.cell)
+    if settings.train:  # a train: cell of several processes: each rank calls train(cfg, run) (ranks.py)
+        settings = ranks.train_settings(settings)
     try:
         launch = prepare(spec, settings, paths)
     except SpecError as e:
@@ -98,7 +100,7 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
     world = settings.processes_of(spec.cell)
     try:
         if world > 1:  # `processes: N`: N ranks with torchrun's environment (ranks.py)
-            procs = ranks.start(launch, world, f"sweepq-{spec.cell}-{spec.attempt}")
+            procs = ranks.start(launch, world, f"sweepq-{spec.cell}-{spec.attempt}", store=bool(settings.train))
         else:
             procs = [
                 subprocess.Popen(

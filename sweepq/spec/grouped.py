@@ -177,15 +177,6 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
         settings = dataclasses.replace(settings, group_processes=group_processes)
     if data.get("storage") is not None:
         settings = dataclasses.replace(settings, storage=read_storage(ctx, data))
-    if settings.train is not None and settings.most_processes() > 1:
-        several = next((f"groups[{n}].processes" for n, count in group_processes.items() if count > 1), "processes")
-        raise ctx.error(
-            several,
-            "several processes per attempt run a `program:` (a torchrun script) for now; a `train:` function "
-            "runs in one process",
-            "Point `program:` at a script that calls torch.distributed.init_process_group (it gets torchrun's "
-            "environment), or remove `processes:`",
-        )
     _check_cell_count(ctx, groups, max_cells)
     _check_values(ctx, groups, sweep_params)
     grids = [group.grid(sweep_params) for group in groups]

@@ -53,10 +53,9 @@ def test_processes_must_be_a_positive_whole_number(tmp_path: Path, top: str, gro
     assert where in str(e.value) and "positive whole number of ranks" in str(e.value)
 
 
-def test_train_cells_refuse_several_processes(tmp_path: Path) -> None:
-    with pytest.raises(SpecError) as e:
-        load(tmp_path, group=", processes: 2", entry="train: train:train")
-    assert "groups[2].processes" in str(e.value) and "`program:`" in str(e.value)
+def test_train_cells_take_several_processes(tmp_path: Path) -> None:
+    settings = load(tmp_path, group=", processes: 2", entry="train: train:train").settings  # type: ignore[attr-defined]
+    assert settings.processes_of("1.1") == 1 and settings.processes_of("2.1") == 2
 
 
 def test_a_worker_takes_a_gpu_per_rank() -> None:

@@ -1,0 +1,144 @@
+"""`train:` cells of several processes (`processes: 2`): every rank calls train(cfg, run), DDP on gloo.
+
+Each rank has its own Run: rank 0 decides the cadence and the stop and commits one checkpoint holding
+the replicated state and every rank's RNG streams; `run.restore` gives each rank its own streams back.
+A rank killed with SIGKILL ends the attempt for both (`lost`) and the retry resumes; a launch sent
+SIGTERM stops both ranks at the same step (`preempted`) and the relaunch loses no step; either way the
+final weights equal those of a two-rank run never interrupted, bit for bit (ddp_train.py draws each
+rank's batches from its own torch, numpy and python streams, so a rank resumed with another's streams,
+or with fresh ones, trains to other weights).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import HERE, cli_json, start, wait_for, wait_gone, write
+
+from sweepq.program.ranks import POLL_S, RANK_GRACE_SECONDS
+
+# What the attempt may add to the grace after seeing a rank end: a poll to notice it, one to reap the others.
+SLACK_S = 10 * POLL_S
+STEPS = 40
+
+
+def sweep(delay: float) -> str:
+    return f"""
+name: ddp
+train: ddp_train:train
+processes: 2
+params: {{steps: {STEPS}, delay: {delay}}}
+checkpoint: {{every_steps: 5}}
+retries: {{backoff_seconds: 1}}
+grid: {{lr: [0.05]}}
+"""
+
+
+def make_dir(where: Path) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    shutil.copy(HERE / "programs" / "ddp_train.py", where / "ddp_train.py")
+    return where
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The final weights of the same cell run by two ranks from start to end in one attempt."""
+    d = make_dir(tmp_path_factory.mktemp("reference"))
+    spec = write(d / "ddp.yaml", sweep(0.0))
+    launch = start("launch", str(spec), "--no-live", cwd=d)
+    out, _ = launch.communicate(timeout=300)
+    assert launch.returncode == 0, out
+    done = json.loads((d / "runs" / "ddp" / "cells" / "1.1" / "DONE.json").read_text())
+    assert receipt(d / "runs" / "ddp", 1)["reason"] == "completed"
+    return str(done["metrics"]["weights"])
+
+
+def attempt_dir(root: Path, attempt: int) -> Path:
+    return root / "cells" / "1.1" / "attempts" / str(attempt)
+
+
+def log(root: Path, attempt: int) -> str:
+    f = attempt_dir(root, attempt) / "stdout.log"
+    return f.read_text() if f.exists() else ""
+
+
+def receipt(root: Path, attempt: int) -> dict[str, Any]:
+    return json.loads((attempt_dir(root, attempt) / "receipt.json").read_text())
+
+
+def rank_pids(root: Path) -> list[int]:
+    return [int((root / "cells" / "1.1" / "output" / f"pid-{r}").read_text()) for r in (0, 1)]
+
+
+def starts(text: str) -> dict[int, int]:
+    """The step each rank started at, as it printed it."""
+    return {int(r): int(s) for r, s in re.findall(r"rank (\d) of 2: attempt \d+, starting at step (\d+)", text)}
+
+
+def final_weights(root: Path) -> str:
+    done = json.loads((root / "cells" / "1.1" / "DONE.json").read_text())
+    return str(done["metrics"]["weights"])
+
+
+def test_a_rank_killed_ends_the_attempt_for_both_and_the_retry_resumes_exactly(
+    tmp_path: Path, uninterrupted: str
+) -> None:
+    d = make_dir(tmp_path)
+    spec = write(d / "ddp.yaml", sweep(0.1))
+    root = d / "runs" / "ddp"
+    launch = start("launch", str(spec), "--no-live", cwd=d)
+    wait_for(lambda: (root / "cells" / "1.1" / "checkpoints" / "step-10" / "manifest.json").exists(), what="step 10")
+    pids = rank_pids(root)
+    os.kill(pids[1], signal.SIGKILL)  # one rank dies mid-run, its peer in DDP's allreduce or at a meeting
+    wait_gone(pids)
+    out, _ = launch.communicate(timeout=300)
+    assert launch.returncode == 0, out
+
+    first, second = receipt(root, 1), receipt(root, 2)
+    assert first["reason"] == "lost", first
+    assert f"rank 1 (pid {pids[1]}) was killed by SIGKILL first" in first["note"]
+    ends = {r["rank"]: r for r in first["ranks"]}
+    assert ends[1]["exit_signal"] == signal.SIGKILL and not ends[1]["ended_by_sweepq"]
+    assert ends[0]["seconds"] - ends[1]["seconds"] <= RANK_GRACE_SECONDS + SLACK_S
+    assert second["reason"] == "completed" and second["start_step"] >= 10 and second["end_step"] == STEPS, second
+    assert starts(log(root, 2)) == {0: second["start_step"], 1: second["start_step"]}  # every rank, one step
+    assert final_weights(root) == uninterrupted
+    shown = cli_json("show", "1.1", "--root", str(root))
+    assert [a["reason"] for a in shown["attempts"]] == ["lost", "completed"]
+
+
+def test_the_launch_sent_sigterm_stops_every_rank_at_one_step_and_the_relaunch_loses_none(
+    tmp_path: Path, uninterrupted: str
+) -> None:
+    d = make_dir(tmp_path)
+    spec = write(d / "ddp.yaml", sweep(0.1))
+    root = d / "runs" / "ddp"
+    launch = start("launch", str(spec), "--no-live", cwd=d)
+    wait_for(lambda: "rank 1: step 12 done" in log(root, 1), what="rank 1 at step 12")
+    pids = rank_pids(root)
+    launch.send_signal(signal.SIGTERM)
+    out, _ = launch.communicate(timeout=120)
+    assert launch.returncode == 130, out
+    wait_gone(pids)
+
+    first = receipt(root, 1)
+    assert first["reason"] == "preempted", first
+    stopped = {int(r): int(s) for r, s in re.findall(r"rank (\d): stopped at step (\d+)", log(root, 1))}
+    assert set(stopped) == {0, 1} and stopped[0] == stopped[1], stopped  # the same step on every rank
+    assert 12 <= first["end_step"] == stopped[0] < STEPS
+    assert (root / "cells" / "1.1" / "checkpoints" / f"step-{stopped[0]}" / "manifest.json").exists()
+
+    relaunch = start("launch", str(spec), "--no-live", cwd=d)
+    out, _ = relaunch.communicate(timeout=300)
+    assert relaunch.returncode == 0, out
+    second = receipt(root, 2)
+    assert second["reason"] == "completed" and second["start_step"] == first["end_step"], second  # none lost
+    assert starts(log(root, 2)) == {0: stopped[0], 1: stopped[0]}
+    assert final_weights(root) == uninterrupted
