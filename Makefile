@@ -87,7 +87,7 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-bench: $(STAMP)
+bench: $(STAMP) $(POSTGRES_STAMP)
 	@$(BIN)/python bench/checkpoint.py $(BENCH_ARGS)
 	@$(BIN)/python bench/history.py $(BENCH_ARGS)
 	@$(BIN)/python bench/cli.py $(BENCH_ARGS)
@@ -95,6 +95,8 @@ bench: $(STAMP)
 	@$(BIN)/python bench/status_scale.py $(BENCH_ARGS)
 	@$(BIN)/python bench/scale.py $(BENCH_ARGS)
 	@$(BIN)/python bench/cell_start.py $(BENCH_ARGS)
+	@$(BIN)/python bench/ranks.py $(BENCH_ARGS)
+	@$(BIN)/python bench/postgres.py $(BENCH_ARGS)
 bench-eta: $(STAMP) ; @$(BIN)/python bench/eta.py  # the sweep's ETA against its real end (minutes: a whole sweep)
 gpu-check: $(STAMP) ; @$(BIN)/python bench/gpu_check.py  # the CUDA paths where a GPU exists (JSON; CPU paths elsewhere)
 

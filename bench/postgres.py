@@ -1,25 +1,40 @@
-"""The PostgreSQL claim reference: a raw `UPDATE … FOR UPDATE SKIP LOCKED` loop with 1, 8 and 32 workers.
+"""sweepq on PostgreSQL: its claims against a raw claim loop, a machine's death, `status` at scale.
 
-What the server itself can do, on the same machine and schema that sweepq's claims will run on
-(issue 31's targets compare sweepq's claims with it: at least 0.5 of this rate with 1 worker, p99
-under 50 ms with 8). It starts its own throwaway server (tests/services/postgres.py: 127.0.0.1 only,
-durability off as in the tests), creates one sweep's schema with sweepq's migrations (the claim
-index included), and inserts the cells with plain SQL. Prints ONE JSON object on stdout (progress
-goes to stderr); nothing here asserts a time.
+Prints ONE JSON object on stdout (progress goes to stderr); nothing here asserts a time: each figure
+has its target and a pass flag, beside the machine's load. It starts its own throwaway server
+(tests/services/postgres.py: 127.0.0.1 only, durability off as in the tests) and makes each sweep's
+schema with sweepq's migrations.
 
-Each worker is a process with one psycopg 3 connection of its own, looping for `--seconds`: one
-statement a claim, in autocommit (its own transaction),
+`claims` (issue 31's targets: at least 0.5 of the raw loop with 1 worker, p99 at most 50 ms with 8).
+The reference is a raw loop: each worker a process with one psycopg 3 connection of its own, one
+prepared statement a claim, in autocommit,
 
     UPDATE cells SET state = 'running', attempts = attempts + 1, updated_at = now()
     WHERE id = (SELECT id FROM cells WHERE state = 'queued' AND NOT removed
                 ORDER BY group_number, "index" LIMIT 1 FOR UPDATE SKIP LOCKED)
     RETURNING id, attempts
 
-The workers start together (a barrier); claims/s is every claim over the run's wall time, p50 and
-p99 the latency of one claim as its worker saw it, and `double_claims` the (cell, attempt) pairs
-reported more than once plus the cells whose attempt count differs from the claims reported (0).
-Between runs the claimed cells go back to the queue (untimed). `--rounds` repeats the whole set
-(1, 8, 32, then 32, 8, 1, ...); the figures are each count's median round.
+and sweepq's claim is `Store.claim_next` with the lease table's `take`, as a worker claims (one
+statement: the pick, the cell, the attempt's row and the cell's lease; queue/claim.py), each worker
+a process with its own Store. In each round every worker count (1, 8, 32) runs the raw loop and
+sweepq's claims for `--seconds`, started together (a barrier), the order alternating; between runs
+the claimed cells go back to the queue and their leases are dropped (untimed). claims/s is every
+claim over the run's wall time, p50 and p99 the latency of one claim as its worker saw it, and
+`double_claims` the (cell, attempt) pairs reported more than once plus the cells whose attempt
+count differs from the claims reported (0). The figures are each count's median round, sweepq's
+as ratios to the raw loop's.
+
+`machine_death` (target: at most expire + renew + 2 s). Machine A (a process group of its own)
+claims 4 cells and renews their leases from its liveness's thread; machine B runs a worker's loop
+(reap, claim, wait the worker's poll when idle) and has been connected longer than a term. A's
+group is SIGKILLed at a random moment between two renewals; the figure is the time from the kill
+to B's claim of each of A's cells (their attempt 2), against expire + renew. Lease 1 s/5 s
+(`--full`: the default 5 s/30 s).
+
+`status` (target: 1 s). `sweepq status --database URL --sweep NAME`, a child process run from a
+folder that holds nothing of the sweep, on a sweep of 10,000 cells (`--full`: 100,000) made by the
+Store's reconcile of bench/status_scale.py's sweep file, then 60 % done, 1 % failed and 16 running
+(8 of them with a live lease) by bulk SQL: best of `--rounds`.
 """
 
 from __future__ import annotations
@@ -388,13 +403,16 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=1.0, help="length of one run")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every worker count (order alternating)")
     ap.add_argument("--workers", default=",".join(map(str, WORKERS)), help="worker counts, comma-separated")
-    ap.add_argument("--lease", default="1,5", help="renew,expire seconds of the machine-death figure")
-    ap.add_argument("--status-cells", type=int, default=100_000, help="cells of the status figure's sweep")
+    ap.add_argument("--full", action="store_true", help="the issue's sizes: 100,000 cells, its 5 s/30 s lease")
+    ap.add_argument("--lease", default=None, help="renew,expire seconds of the machine-death figure (1,5; --full 5,30)")
+    ap.add_argument("--status-cells", type=int, default=None, help="the status figure's cells (10,000; --full 100,000)")
     ap.add_argument("--only", default="claims,death,status", help="figures to run, comma-separated")
     args, ignored = ap.parse_known_args()  # `make bench BENCH_ARGS=...` also passes the other benchmarks' flags
     if ignored:
         log(f"ignoring {' '.join(ignored)} (another benchmark's)")
     only = set(args.only.split(","))
+    lease = args.lease or ("5,30" if args.full else "1,5")
+    status_cells = args.status_cells or (100_000 if args.full else 10_000)
     counts = [int(w) for w in args.workers.split(",")]
     t0 = time.perf_counter()
     out: dict[str, Any] = {
@@ -419,11 +437,11 @@ def main() -> int:
         if "claims" in only:
             out["claims"] = claims(server, Path(tmp), counts, args)
         if "death" in only:
-            renew, expire = (float(x) for x in args.lease.split(","))
+            renew, expire = (float(x) for x in lease.split(","))
             out["machine_death"] = machine_death(server, Path(tmp), renew, expire, cells=4)
             log(f"machine death: {out['machine_death']}")
         if "status" in only:
-            out["status"] = status_scale(server, Path(tmp), args.status_cells, args.rounds)
+            out["status"] = status_scale(server, Path(tmp), status_cells, args.rounds)
             log(f"status: {out['status']}")
     out["machine_load_after"] = load()
     out["seconds"] = round(time.perf_counter() - t0, 1)
