@@ -24,6 +24,11 @@ claim over the run's wall time, p50 and p99 the latency of one claim as its work
 count differs from the claims reported (0). The figures are each count's median round, sweepq's
 as ratios to the raw loop's.
 
+`renewals`: a lease's renewal (`_TableOwnership.renew`, as the renewal thread makes it) per second
+and its latency, with 1, 8 and 32 processes renewing 10 leases each back to back; `connections`:
+the server connections one worker process holds (its Store and its lease table), for capacity
+planning (docs/scale.md).
+
 `machine_death` (target: at most expire + renew + 2 s). Machine A (a process group of its own)
 claims 4 cells and renews their leases from its liveness's thread; machine B runs a worker's loop
 (reap, claim, wait the worker's poll when idle) and has been connected longer than a term. A's
@@ -255,6 +260,90 @@ def survivor(url: str, root: str, renew: float, expire: float, poll: float, out:
     store.close()
 
 
+def renewer(url: str, leases: int, seconds: float, barrier: Any, results: Any) -> None:
+    """A holder of `leases` leases renewing them one after another, as the renewal thread does (leases.py)."""
+    from sweepq.queue.database import Database
+    from sweepq.queue.leases import TableLiveness
+
+    database = Database(url, sweep=SWEEP)
+    owners = TableLiveness(database.engine, expire_seconds=3600)
+    held = [owners.take(f"renew-{os.getpid()}-{i}") for i in range(leases)]
+    latencies: list[float] = []
+    barrier.wait()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for owned in held:
+            assert owned is not None
+            start = time.perf_counter()
+            assert owned.renew()
+            latencies.append(time.perf_counter() - start)
+    for owned in held:
+        if owned is not None:
+            owned.release()
+    database.dispose()
+    results.put(latencies)
+
+
+def renewals(server: PostgresServer, url: str, counts: list[int], seconds: float) -> dict[str, Any]:
+    """Renewals per second and the latency of one, with 1, 8 and 32 holders of 10 leases each."""
+    out: dict[str, Any] = {}
+    for holders in counts:
+        ctx = mp.get_context("fork")
+        barrier, results = ctx.Barrier(holders + 1), ctx.Queue()
+        procs = [ctx.Process(target=renewer, args=(url, 10, seconds, barrier, results)) for _ in range(holders)]
+        for p in procs:
+            p.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        got = sorted(x for _ in procs for x in results.get(timeout=seconds + 120))
+        wall = time.perf_counter() - t0
+        for p in procs:
+            p.join()
+        out[f"{holders}_holders"] = {
+            "renewals_per_s": round(len(got) / wall, 1),
+            "p50_ms": round(1000 * got[len(got) // 2], 3),
+            "p99_ms": round(1000 * got[min(len(got) - 1, int(0.99 * len(got)))], 3),
+        }
+        log(f"renewals, {holders} holders: {out[f'{holders}_holders']}")
+    return out
+
+
+def connections(server: PostgresServer, url: str) -> dict[str, Any]:
+    """The server connections one worker process holds: its Store (claims, reads, writes) and its lease
+    table (renewals, the reaper), after a claim, a read, a renewal and a reap, as a worker has them."""
+    import psycopg
+
+    from sweepq.queue.database import Database
+    from sweepq.queue.leases import TableLiveness
+    from sweepq.queue.reaper import reap
+    from sweepq.queue.records import WorkerInfo
+    from sweepq.queue.store import Store
+
+    def count() -> int:
+        with psycopg.connect(server.dsn(url.rsplit("/", 1)[1]), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid != pg_backend_pid()"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    before = count()
+    with tempfile.TemporaryDirectory() as tmp:
+        database = Database(url, sweep=SWEEP)
+        store = Store.open(Path(tmp), database=database)
+        owners = TableLiveness(Database(url, sweep=SWEEP).engine, expire_seconds=30, renew_seconds=None)
+        got = store.claim_next(WorkerInfo("w:1", "w", 1), owners.take)
+        assert got is not None
+        store.progress(got[0].cell, got[0].number, step=1)
+        store.cell(got[0].cell)
+        got[1].renew()
+        reap(store, owners=owners)
+        held = count() - before
+        got[1].release()
+        store.close()
+        owners.engine.dispose()
+    return {"worker_process": held}
+
+
 def machine_death(server: PostgresServer, tmp: Path, renew: float, expire: float, cells: int) -> dict[str, Any]:
     """From a machine's death (every process of it SIGKILLed, its leases no longer renewed) to each of its
     cells claimed again by the other machine, against expire + renew (target: at most 2 s more)."""
@@ -406,7 +495,7 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="the issue's sizes: 100,000 cells, its 5 s/30 s lease")
     ap.add_argument("--lease", default=None, help="renew,expire seconds of the machine-death figure (1,5; --full 5,30)")
     ap.add_argument("--status-cells", type=int, default=None, help="the status figure's cells (10,000; --full 100,000)")
-    ap.add_argument("--only", default="claims,death,status", help="figures to run, comma-separated")
+    ap.add_argument("--only", default="claims,renewals,death,status", help="figures to run, comma-separated")
     args, ignored = ap.parse_known_args()  # `make bench BENCH_ARGS=...` also passes the other benchmarks' flags
     if ignored:
         log(f"ignoring {' '.join(ignored)} (another benchmark's)")
@@ -436,6 +525,12 @@ def main() -> int:
         log(f"server up in {server.start_seconds:.2f} s; {args.cells} cells")
         if "claims" in only:
             out["claims"] = claims(server, Path(tmp), counts, args)
+        if "renewals" in only:
+            url = server.create_database("renewals")
+            make_sweep(url, 10)
+            out["renewals"] = renewals(server, url, counts, args.seconds)
+            out["connections"] = connections(server, url)
+            log(f"connections: {out['connections']}")
         if "death" in only:
             renew, expire = (float(x) for x in lease.split(","))
             out["machine_death"] = machine_death(server, Path(tmp), renew, expire, cells=4)
