@@ -35,9 +35,15 @@ from sweepq.host import signals
 from sweepq.program.ranks import ENV_STORE_PORT as ENV_PORT  # set by the attempt for a train: cell's ranks
 
 STOP_KEY = "stop"
-#: The store's own timeout: a dead peer is the watchdog's to handle, a slow one (a long evaluation
-#: on rank 0 while the others wait at a checkpoint) is no error.
-STORE_TIMEOUT = timedelta(hours=24)
+#: How long a rank waits at a meeting for rank 0 (or rank 0 for another rank's RNG states) before it
+#: fails, naming the meeting: a dead peer is the watchdog's to handle within seconds, so this only
+#: ends a rank whose peers never come (a meeting called on some ranks only); as torch's own
+#: process groups wait 30 minutes by default.
+STORE_TIMEOUT = timedelta(minutes=30)
+
+
+class RanksDiverged(RuntimeError):
+    """A rank waited at a meeting its peers never reached (a call made on some ranks only)."""
 
 
 def from_env() -> Collective | None:
@@ -70,7 +76,7 @@ class Collective:
             assert answer is not None
             self.store.set(key, answer)
             return answer
-        got = self.store.get(key).decode()
+        got = self._get(key, "rank 0").decode()
         self._read(key)
         return got
 
@@ -104,9 +110,19 @@ class Collective:
         out = {}
         for r in range(1, self.world):
             name = f"{key}/{r}"
-            out[str(r)] = decode_rng(self.store.get(name))
+            out[str(r)] = decode_rng(self._get(name, f"rank {r}'s RNG states at a checkpoint"))
             self.store.delete_key(name)
         return out
+
+    def _get(self, key: str, what: str) -> bytes:
+        try:
+            return self.store.get(key)
+        except dist.DistStoreError as e:
+            raise RanksDiverged(
+                f"rank {self.rank} waited {STORE_TIMEOUT} for {what} at meeting {self._meeting} of the ranks "
+                "and it never came: run.restore, run.checkpoint and run.should_stop are meetings of every rank "
+                "(call them at the same points on every rank, not under `if run.is_main:`)"
+            ) from e
 
     def _read(self, key: str) -> None:
         """One reader more of `key`; the last one deletes it (rank 0 publishes and never reads)."""
