@@ -321,6 +321,7 @@ class _Made:
         self.terms: dict[str, Any] = {} if lease is None else lease.claim_terms()
         self.picked: str | None = None
         self.now: datetime | None = None
+        self.leased = False  # the statement took the picked cell's lease
         if self.server:
             self.claim = _server_claim(conn.dialect, named, skip, self.schema, lease is not None)
             self.claim_args = self.claim.args({"cell": None, **values, **attempt, **self.terms})
@@ -346,7 +347,7 @@ class _Made:
         if self.server:
             row = self.claim.execute(conn, self.claim_args)
             assert row is not None  # the pick's row is always there, its id NULL when nothing is claimable
-            self.picked, self.now = row[6], row[9]
+            self.picked, self.now, self.leased = row[6], row[9], row[7] is not None
             if self.lease is not None and row[7] is None:
                 return None  # its lease is held: nothing was changed (`Claims._leased` passes it over)
             return None if row[0] is None else row[:5]
@@ -479,6 +480,8 @@ class Claims:
                         owner.release()  # committed and unowned: the reaper ends the attempt
                         raise
                 lease.answered(made.now)
+                if made.leased:  # the lease taken, the cell not (its guard said no): give the lease back
+                    lease.drop(made.picked, made.terms["token"])
                 made = made.passing_over(conn, made.picked)
 
     def _claim_first(

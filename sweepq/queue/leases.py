@@ -199,6 +199,13 @@ class TableLiveness:
         """A claim's statement succeeded at the server's `now` without taking a lease (nothing to claim)."""
         self._note(now)
 
+    def drop(self, cell: str, token: str) -> None:
+        """Give back a lease a claim's statement took for a cell it did not claim."""
+        try:
+            self._drop(cell, token)
+        except DatabaseUnreachable:
+            pass  # it ends at its expiry instead: nobody renews it
+
     def unreachable(self) -> None:
         """A claim's statement could not reach the server: the next success starts a new term to wait."""
         self.connected_at = None
