@@ -10,13 +10,15 @@ not done, whatever else it says.
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepq.atomic import atomic_write_json, read_json
 from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew, Field, Kind, shape_error
-from sweepq.layout import MANIFEST_NAME, STEP_DIR, CellPaths
+from sweepq.durable.files import CellFiles, is_root
+from sweepq.layout import DONE_NAME, MANIFEST_NAME, STEP_DIR, CellPaths
 
 if TYPE_CHECKING:
     from sweepq.checkpoint.storage import CheckpointStorage
@@ -50,8 +52,15 @@ def write_done(
     best: float | None,
     best_step: int | None,
     checkpoints: CheckpointStorage | None = None,
+    files: CellFiles | None = None,
 ) -> dict[str, Any]:
-    """`checkpoints`: the sweep's storage of the cell's checkpoints (storage.for_cell); None: the root's."""
+    """`checkpoints`: the sweep's storage of the cell's checkpoints (storage.for_cell); None: the root's.
+    `files`: the cell's durable files in the sweep's storage (durable/files.py); None: the root's.
+
+    In a storage other than the root, the marker is put there first (where every machine reads it),
+    and also as `attempts/<n>/DONE.json`, which no other attempt ever writes: a superseded attempt's
+    late put of DONE.json cannot take the current attempt's account away. The root's copy follows.
+    """
     ckpt = paths.checkpoint(checkpoint_step) if checkpoint_step is not None else None
     msha = _manifest_sha(paths, checkpoint_step, checkpoints) if checkpoint_step is not None else None
     marker = {
@@ -67,14 +76,27 @@ def write_done(
         "best": best,
         "best_step": best_step,
     }
+    if files is not None and not is_root(files, paths):
+        raw = (json.dumps(marker, indent=2, sort_keys=True) + "\n").encode()
+        files.put(f"attempts/{attempt}/{DONE_NAME}", raw)
+        files.put(DONE_NAME, raw)
     atomic_write_json(paths.done, marker)
     return marker
 
 
-def load_done(paths: CellPaths) -> tuple[dict[str, Any] | None, str | None]:
-    """(marker, None) when DONE.json is there, parses and has the marker's shape; (None, why) otherwise."""
+def load_done(paths: CellPaths, files: CellFiles | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """(marker, None) when DONE.json is there, parses and has the marker's shape; (None, why) otherwise.
+
+    `files`: the cell's durable files in the sweep's storage; the marker there is the one that counts
+    (the root's copy may be missing, on another machine than the one that trained the cell)."""
     try:
-        marker = read_json(paths.done)
+        if files is not None and not is_root(files, paths):
+            raw = files.read(DONE_NAME)
+            if raw is None:
+                raise FileNotFoundError(files.describe(DONE_NAME))
+            marker = json.loads(raw)
+        else:
+            marker = read_json(paths.done)
     except FileNotFoundError:
         return None, "no DONE.json"
     except OSError as e:
@@ -89,22 +111,23 @@ def load_done(paths: CellPaths) -> tuple[dict[str, Any] | None, str | None]:
     return marker, None
 
 
-def read_done(paths: CellPaths) -> dict[str, Any] | None:
+def read_done(paths: CellPaths, files: CellFiles | None = None) -> dict[str, Any] | None:
     """The marker if present, parseable and of the marker's shape, else None."""
-    return load_done(paths)[0]
+    return load_done(paths, files)[0]
 
 
 def verify_done(
-    paths: CellPaths, cfg_hash: str, checkpoints: CheckpointStorage | None = None
+    paths: CellPaths, cfg_hash: str, checkpoints: CheckpointStorage | None = None, files: CellFiles | None = None
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(marker, None) when DONE.json verifies; (None, why) otherwise.
 
     Verified means: it parses, has the marker's shape, names this cell and this
     cfg, and the final checkpoint it names still has the manifest it had (cheap:
     the manifest's sha256, not every file's, so a relaunch stays fast with
-    large models). `checkpoints` is where the cell's checkpoints are (storage.for_cell); None: the root.
+    large models). `checkpoints` is where the cell's checkpoints are (storage.for_cell), `files` its
+    durable files (durable/files.py); None: the root.
     """
-    marker, why = load_done(paths)
+    marker, why = load_done(paths, files)
     if marker is None:
         return None, why
     if marker["cell"] != paths.cell_id:

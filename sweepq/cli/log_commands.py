@@ -20,6 +20,7 @@ import click
 from sweepq.cli.app import friendly, main, root_option, sqlite_reading
 from sweepq.cli.read_commands import cell_and_place, one_cell, place_argument
 from sweepq.cli.visible import VisibleWriter, visible
+from sweepq.durable import cache
 from sweepq.errors import UsageError
 from sweepq.host.logkeeper import ENV_KEEP
 from sweepq.host.tails import tail_file
@@ -68,6 +69,7 @@ def logs(
     with sqlite_reading(spec, root) as store:
         rec = store.cell(one_cell(store, cell, "logs"))
         attempt = _attempt(store, rec.id, number or rec.attempts, rec.state)
+        cache.fill(store, [rec.id])  # its logs, when only the sweep's storage has them (its machine gone)
         paths = CellPaths(store.root, rec.id)
         names = [only] if only else ["stdout", "stderr"]
         files = [_Log(name, paths.attempt_dir(attempt.number) / f"{name}.log") for name in names]

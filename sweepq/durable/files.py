@@ -30,10 +30,11 @@ every implementation to one suite.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sweepq.atomic import atomic_write_bytes
 
@@ -266,6 +267,17 @@ def for_cell(cell: CellPaths, where: str | None) -> CellFiles:
     if not folder.is_absolute():
         raise UsageError(f"{source}: {redacted(chosen)!r} is a relative folder: give an absolute path")
     return FolderFiles(folder, cell.cell_id)
+
+
+def read_json(files: CellFiles, name: str) -> Any:
+    """A JSON file of the cell's in the storage, parsed; None when it is missing or does not parse."""
+    raw = files.read(name)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
 
 
 def is_root(files: CellFiles, cell: CellPaths) -> bool:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sweepq.durable import cache
 from sweepq.history.format import read_attempt
 from sweepq.history.records import AttemptInfo, AttemptLog, CellHistory, CheckpointMark
 from sweepq.history.stitch import stitch
@@ -32,6 +33,7 @@ def attempt_log(root: Path, cell: str, attempt: int) -> AttemptLog:
 def stitched(root: Path, cell: str, store: Store | None = None) -> CellHistory:
     """The cell's stitched history (stitch.py says how). Pass `store` to read many cells with one."""
     with _store(root, store) as s:
+        cache.fill(s, [cell])
         return _history(root, cell, s.attempts(cell), s)
 
 
@@ -41,6 +43,7 @@ def stitched_all(store: Store, cells: Iterable[str] | None = None) -> Iterator[C
     for a in store.attempts():
         by_cell.setdefault(a.cell, []).append(a)
     wanted = [c.id for c in store.cells()] if cells is None else list(cells)
+    cache.fill(store, wanted)  # what only the sweep's storage has (its machine gone), copied into the root
     for cell in wanted:
         yield _history(store.root, cell, by_cell.get(cell, []), store)
 
@@ -52,6 +55,7 @@ def streams(store: Store, cells: Iterable[str] | None = None) -> Iterator[CellSt
     for a in store.attempts():
         by_cell.setdefault(a.cell, []).append(a)
     wanted = [c.id for c in store.cells()] if cells is None else list(cells)
+    cache.fill(store, wanted)  # what only the sweep's storage has (its machine gone), copied into the root
     for cell in wanted:
         marks = [CheckpointMark(c.step, c.attempt, c.state) for c in store.checkpoints(cell)]
         yield CellStream(store.root, cell, [AttemptInfo.of(a) for a in by_cell.get(cell, [])], marks)
