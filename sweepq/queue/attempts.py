@@ -211,12 +211,24 @@ class Attempts:
             self._guarded_cell_update(s, cell, CellState.RUNNING, target, values)
             return target
 
+    def _marker_current(self, s: Any, cell: str, latest: int, marker: dict[str, Any]) -> bool:
+        """Fencing of DONE.json: a marker written by a superseded attempt (the cell moved on to a later one,
+        and the queue closed it otherwise than completed) is never trusted, whenever its write landed (a
+        frozen process's late put to a bucket)."""
+        number = marker.get("attempt")
+        if not isinstance(number, int) or number >= latest:
+            return True
+        att = self.tx.attempt_row(s, cell, number)
+        return att is None or att.reason in (None, Reason.COMPLETED)
+
     def repair_done(self, cell: str, marker: dict[str, Any]) -> bool:
         """A verified DONE.json wins over the database: make the cell done."""
         now = self.tx.clock()
         with self.tx.write() as s:
             row = s.get(CellRow, cell)
             if row is None or row.state == CellState.DONE:
+                return False
+            if not self._marker_current(s, cell, row.attempts, marker):
                 return False
             if row.state == CellState.RUNNING:
                 att = self.tx.attempt_row(s, cell, row.attempts)

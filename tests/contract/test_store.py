@@ -404,3 +404,22 @@ def test_the_reaper_closes_cells_whose_owner_is_gone_and_leaves_live_ones(
     for c in claimed:
         assert c is not None
         c[1].release()
+
+
+# -- fencing of DONE.json ------------------------------------------------------------------
+
+
+def test_a_superseded_attempts_done_marker_is_never_trusted(store: Store) -> None:
+    # Attempt 1 lost its cell (reaped as lost), attempt 2 runs: attempt 1's DONE.json, put late by a
+    # frozen process, must neither close attempt 2 nor make the cell done.
+    run_once(store, "1.1", Reason.LOST)
+    second = claim(store, "1.1")
+    late = {"cell": "1.1", "attempt": 1, "step": 5, "metrics": {"score": 1.0}}
+    assert not store.repair_done("1.1", late)
+    rec = store.cell("1.1")
+    assert (rec.state, rec.attempts) == (CellState.RUNNING, second)
+    assert store.attempt("1.1", second).reason is None
+    # The current attempt's own marker is trusted (its process ended before the database was told).
+    assert store.repair_done("1.1", {**late, "attempt": second})
+    assert store.cell("1.1").state is CellState.DONE
+    assert store.attempt("1.1", second).reason == Reason.COMPLETED
