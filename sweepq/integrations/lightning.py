@@ -39,8 +39,10 @@ Several devices (DDP): global rank 0 alone holds the Run; it decides when to
 checkpoint or stop and the other ranks follow (`strategy.broadcast`, once a
 batch); every rank calls `save_checkpoint` and rank 0 commits; the other ranks,
 which Lightning's DDP launcher starts with rank 0's environment, resume from
-the path rank 0 resolved. Tried by hand with two CPU ranks (gloo), untested on
-several GPUs. Strategies that save a checkpoint as a folder of shards (FSDP's
+the path rank 0 resolved; ranks that sweepq started (`processes: N`, torchrun's
+environment) from the checkpoint their attempt verified before starting them
+(tests/process/test_ranks_train.py: two CPU ranks on gloo through kill -9).
+Untested on several GPUs. Strategies that save a checkpoint as a folder of shards (FSDP's
 sharded state, DeepSpeed) are refused by name.
 """
 
@@ -104,7 +106,14 @@ class SweepqCallback(Callback):
 
     def _resolve(self) -> str | None:
         if self.run is None:  # outside sweepq, or a rank other than 0: what rank 0 resolved
-            return (os.environ.get(ENV_CKPT) or None) if self.active else None
+            if not self.active:
+                return None
+            if ENV_CKPT in os.environ:  # a rank Lightning's own launcher started from rank 0's environment
+                return os.environ[ENV_CKPT] or None
+            # A rank that sweepq started beside rank 0 (`processes: N`): the checkpoint its attempt
+            # verified before starting the ranks, the one rank 0's Run resolves.
+            folder = os.environ.get(ENV["resume"])
+            return str(Path(folder) / CKPT_NAME) if folder else None
         folder = self.run.resume_path()
         path = None if folder is None else folder / CKPT_NAME
         if folder is not None and not (path and path.is_file()):

@@ -128,6 +128,8 @@ def main() -> None:
     parser.add_argument("--hold", default="")
     parser.add_argument("--plain_loader", action="store_true")
     parser.add_argument("--test", action="store_true")  # trainer.test() after the fit
+    parser.add_argument("--devices", type=int, default=1)  # 2 with --strategy=ddp: the ranks torchrun started
+    parser.add_argument("--strategy", default="auto")
     args = parser.parse_args()
 
     L.seed_everything(args.seed)
@@ -140,7 +142,8 @@ def main() -> None:
     trainer = L.Trainer(
         max_epochs=args.max_epochs,
         accelerator="cpu",
-        devices=1,
+        devices=args.devices,
+        strategy=args.strategy,
         deterministic=True,
         log_every_n_steps=1,
         logger=CSVLogger("logs"),
