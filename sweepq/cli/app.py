@@ -199,15 +199,17 @@ def root_of(spec: str | None, root: str | None) -> Iterator[Path]:
 
 def _check_sweep(url: str, sweep: str) -> None:
     """Refuse a sweep name the server does not hold, by name (not as a root without a database)."""
-    from sweepq.queue import database_url
-    from sweepq.queue.database import Database
+    from sweepq.queue import database_url, pg_schema
+    from sweepq.queue.server_text import ServerReader, conninfo
 
-    database = Database(database_url.expanded(url, os.environ, "--database"), sweep=sweep, readonly=True)
+    where = conninfo(database_url.expanded(url, os.environ, "--database"))
+    server = ServerReader(Path(), where, pg_schema.sweep_schema(sweep), shown=database_url.redacted(url))
     try:
-        if not database.exists():
-            raise UsageError(f"the server {database.describe()} holds no sweep named {sweep!r} (--sweep)")
+        if server.revision() is None:
+            shown = database_url.redacted(url)
+            raise UsageError(f"the server {shown} holds no sweep named {sweep!r} (--sweep)")
     finally:
-        database.dispose()
+        server.close()
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (stable fields).")
@@ -232,15 +234,17 @@ def sqlite_reading(spec: str | None, root: str | None) -> Iterator[Reader]:
     `show`, `attempts`, `logs`, `best` and `report` read, without importing SQLAlchemy."""
     from sweepq.queue.database_url import read_record
     from sweepq.queue.opening import Reader
-    from sweepq.queue.store import Store
 
     with root_of(spec, root) as where:
-        if read_record(where) is not None:  # the queue is on a server: read through the Store
-            store = Store.open_readonly(where)
+        record = read_record(where)
+        if record is not None:  # the queue is on a server: psycopg alone, as sqlite3 alone reads a file
+            from sweepq.queue.server_text import ServerReader
+
+            server = ServerReader.open(where, record.connect_url(os.environ), record.sweep, record.url)
             try:
-                yield store  # type: ignore[misc]
+                yield server  # type: ignore[misc]
             finally:
-                store.close()
+                server.close()
             return
         reader = Reader.open(where)
         try:

@@ -185,16 +185,22 @@ class Owners:
     def __init__(self, store: Queue) -> None:
         from sweepq.queue import liveness
 
-        self.owners = liveness.for_root(store.root)
-        holders = getattr(self.owners, "holders", None)  # a TableLiveness: leases.py (SQLAlchemy) already loaded
-        self.held: dict[str, Any] | None = holders() if holders is not None else None
-        self.leases = None if self.held is None else {c: (h.host, h.age_seconds) for c, h in self.held.items()}
+        self.held: dict[str, tuple[str | None, float, bool]] | None = None
+        read = getattr(store, "holders", None)  # a server's reader (server_text.py) reads the leases itself
+        if read is None:
+            self.owners = liveness.for_root(store.root)
+            table = getattr(self.owners, "holders", None)  # a TableLiveness: leases.py
+            if table is not None:
+                self.held = {c: (h.host, h.age_seconds, h.alive) for c, h in table().items()}
+        else:
+            self.held = read()
+        self.leases = None if self.held is None else {c: (h[0], h[1]) for c, h in self.held.items()}
 
     def alive(self, cell: str) -> bool:
         if self.held is None:
             return self.owners.owner_alive(cell)
         holder = self.held.get(cell)
-        return holder is not None and bool(holder.alive)
+        return holder is not None and holder[2]
 
 
 def status_workers(store: Queue, owners: Owners | None = None) -> tuple[int, bool]:

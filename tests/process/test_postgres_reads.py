@@ -74,5 +74,8 @@ def test_database_and_sweep_are_checked_before_anything_is_read(sweep_dir: Path,
     assert unknown.returncode != 0 and "holds no sweep named 'nothing-here'" in unknown.stderr
     both = cli("status", str(sweep_dir), "--database", postgres_url, "--sweep", "x", cwd=sweep_dir)
     assert both.returncode != 0 and "leave out SPEC and --root" in both.stderr
+    port = postgres_url.rsplit(":", 1)[1].split("/", 1)[0]
+    away = cli("status", "--database", postgres_url.replace(f":{port}/", ":1/"), "--sweep", "x", cwd=sweep_dir)
+    assert away.returncode != 0 and "cannot be reached" in away.stderr and "Traceback" not in away.stderr
     file = cli("status", "--database", f"sqlite:///{sweep_dir}/sweepq.db", "--sweep", "x", cwd=sweep_dir)
     assert file.returncode != 0 and "PostgreSQL" in file.stderr
