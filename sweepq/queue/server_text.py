@@ -93,10 +93,12 @@ class ServerReader(Reads):
         self._conn: Any = None
 
     @classmethod
-    def open(cls, root: Path, url: str, sweep: str, where: str) -> ServerReader:
+    def open(
+        cls, root: Path, url: str, sweep: str, where: str, clock: Callable[[], datetime] = _utcnow
+    ) -> ServerReader:
         """`url` (a SQLAlchemy URL, placeholders filled in) and the sweep's name; refused as `Store.open_readonly`
         refuses a database: no sweep of that name, a schema other than this sweepq's. `where`: the URL shown."""
-        reader = cls(root, conninfo(url), pg_schema.sweep_schema(sweep), shown=where)
+        reader = cls(root, conninfo(url), pg_schema.sweep_schema(sweep), clock, shown=where)
         check_current(reader.revision(), where)
         return reader
 

@@ -81,3 +81,27 @@ def test_the_forecast_reads_alike(store: Store) -> None:
     forecast = store.forecast(2)
     assert forecast.complete and forecast.began == T0
     assert forecast.ends_at is not None and forecast.ends_at > T0 + timedelta(seconds=60)
+
+
+def test_a_read_commands_reader_answers_as_the_store(store: Store) -> None:
+    """What read commands open instead of the Store, without SQLAlchemy: sqlite3 on a file (opening.Reader),
+    psycopg on a server (server_text.ServerReader); the same Reads, the same answers."""
+    from sweepq.queue.opening import Reader
+    from sweepq.queue.server_text import ServerReader
+
+    database = store.database
+    if database.is_server:
+        assert database.sweep is not None
+        url = database.url.render_as_string(hide_password=False)
+        where = database.describe()
+        reader: Reader | ServerReader = ServerReader.open(store.root, url, database.sweep, where, store.clock)
+    else:
+        reader = Reader.open(store.root, store.clock)
+    try:
+        assert reader.census(listed=2) == store.census(listed=2)
+        assert reader.cells() == store.cells() and reader.running() == store.running()
+        assert reader.attempts() == store.attempts() and reader.checkpoints("1.1") == store.checkpoints("1.1")
+        assert reader.settings() == store.settings()
+        assert reader.forecast(2).ends_at == store.forecast(2).ends_at
+    finally:
+        reader.close()
