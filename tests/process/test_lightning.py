@@ -6,6 +6,10 @@ mid-fit and a SIGTERM to the program alone, each followed by the launch's own
 retry, and completes. Its final weights equal those of the same script run on
 its own, outside sweepq, at the same time. (Importing Lightning costs seconds a
 process here: one cell, three attempts.)
+
+Lightning's own examples/pytorch/basics/transformer.py, vendored with the callback
+added (tests/programs/lightning_examples/), goes through a kill -9 and the launch's
+retry: a mid-epoch resume its plain DataLoader cannot make exact, flagged.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -22,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from conftest import HERE, cli, cli_json, db_rows, start, tree, wait_for, write
+from conftest import HERE, cli, cli_json, cmdline, db_rows, start, tree, wait_for, write
 
 SCRIPT = HERE / "programs" / "lightning_script.py"
 # Attempt 1 waits after step 12 (killed -9 there), attempt 2 after step 13 (SIGTERM); 8 batches an
@@ -173,6 +178,106 @@ def test_a_mid_epoch_resume_with_a_loader_that_cannot_resume_is_flagged_and_test
     assert cli("reset", "1.1", "--root", str(root)).returncode == 0
     assert "inexact resume" not in cli("status", str(root)).stdout
     assert [r["inexact_resume"] for r in cli_json("best", str(root))] == [None, None]
+
+
+# Lightning's own examples/pytorch/basics/transformer.py (tests/programs/lightning_examples/, its changes in
+# tests/programs/README.md) takes no options: Lightning reads Trainer defaults from PL_TRAINER_* variables, so
+# the cell's params, passed through `env` as NAME=value, make it tiny (8 steps, 8 batches an epoch, one
+# validation and one test batch). Its WikiText2 downloads data/wikitext-2.txt unless the file exists: the
+# command copies the generated one there first. A checkpoint every 3 steps: all kept steps are mid-epoch.
+EXAMPLE = """
+name: example
+program: transformer.py
+command: ["sh", "-c", "mkdir -p data && cp ${sweep_dir}/wikitext-2.txt data/ && exec \\"$@\\"", "sh",
+          "${env}", "${args_no_hyphens}", "${interpreter}", "${program}"]
+params: {PL_TRAINER_LIMIT_VAL_BATCHES: 1, PL_TRAINER_LIMIT_TEST_BATCHES: 1, PL_TRAINER_NUM_SANITY_VAL_STEPS: 0,
+         PL_TRAINER_ENABLE_PROGRESS_BAR: false}
+checkpoint: {every_steps: 3}
+grid: {PL_TRAINER_MAX_STEPS: [8]}
+"""
+EXAMPLE_SCRIPT = HERE / "programs" / "lightning_examples" / "transformer.py"
+
+
+def wikitext_like(path: Path) -> None:
+    """Random words in lines of 35 tokens (34 words and `<eos>`): 4160 blocks, 160 for training after
+    the example's split of 2000 validation and 2000 test blocks, 8 batches of 20 an epoch."""
+    rng = random.Random(0)
+    path.write_text(
+        "".join(" ".join(rng.choice("abcdefghijklmnopqrstuvwx") for _ in range(34)) + "\n" for _ in range(4161))
+    )
+
+
+# The vendored example's changes, as (Lightning's text, the vendored text): tests/programs/lightning_examples/README.md.
+SWEEPQ_CHANGES = [
+    (
+        "WikiText2\n",
+        "WikiText2\n\nfrom sweepq.integrations.lightning import SweepqCallback  # sweepq\n",
+    ),
+    (
+        "    trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20)\n"
+        "    trainer.fit(model, train_dataloader, val_dataloader)\n",
+        "    sq = SweepqCallback()  # sweepq\n"
+        "    trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20, callbacks=[sq])  # sweepq: callbacks\n"
+        "    trainer.fit(model, train_dataloader, val_dataloader, ckpt_path=sq.ckpt_path)  # sweepq: ckpt_path\n",
+    ),
+]
+
+
+def git_blob(data: bytes) -> str:
+    """The id git gives a file's content (`git hash-object`), as the README records it."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_the_vendored_example_is_lightnings_own_but_for_the_recorded_changes() -> None:
+    folder = EXAMPLE_SCRIPT.parent
+    recorded = dict(re.findall(r"^\| (\S+) \| ([0-9a-f]{40}) \|$", (folder / "README.md").read_text(), re.M))
+    assert sorted(recorded) == ["LICENSE", "transformer.py"]
+    assert git_blob((folder / "LICENSE").read_bytes()) == recorded["LICENSE"]
+    text = EXAMPLE_SCRIPT.read_text()
+    assert text.count("# sweepq") == 4  # every changed line is marked, and undone below
+    for theirs, ours in SWEEPQ_CHANGES:
+        assert text.count(ours) == 1, ours
+        text = text.replace(ours, theirs)
+    assert "sweepq" not in text.lower()
+    assert git_blob(text.encode()) == recorded["transformer.py"], (
+        "transformer.py differs from Lightning's beyond its recorded changes"
+    )
+
+
+def test_lightnings_own_transformer_example_resumes_after_kill_9_flagged_inexact_and_test_metrics_reach_done(
+    tmp_path: Path,
+) -> None:
+    shutil.copy(EXAMPLE_SCRIPT, tmp_path)
+    wikitext_like(tmp_path / "wikitext-2.txt")
+    spec = write(tmp_path / "example.yaml", EXAMPLE)
+    launch = start("launch", str(spec), "--workers", "1", "--no-live", cwd=tmp_path)
+    cell = tmp_path / "runs" / "example" / "cells" / "1.1"
+
+    wait_for(lambda: steps(cell), 600, "the example keeping its first checkpoint")
+    (running,) = [
+        p for p in tree(launch.pid) if EXAMPLE_SCRIPT.name in cmdline(p) and "sweepq.attempt" not in cmdline(p)
+    ]
+    running.kill()
+    out, _ = launch.communicate(timeout=600)
+    assert launch.returncode == 0, out
+
+    first, second = receipt(cell, 1), receipt(cell, 2)
+    assert (first["reason"], second["reason"]) == ("lost", "completed")
+    resumed = second["start_step"]
+    assert resumed in (3, 6) and resumed in steps(cell)
+    # torch's DataLoader (shuffle=True) cannot resume mid-epoch: the resume is flagged, and Lightning warned.
+    assert (
+        f"inexact resume from step {resumed}: the checkpoint ended mid-epoch (step {resumed}, 8 steps an epoch)"
+        in (second["note"])
+    )
+    assert LIGHTNING_WARNS in (cell / "attempts" / "2" / "stderr.log").read_text()
+    done = json.loads((cell / "DONE.json").read_text())
+    assert (done["step"], done["attempt"]) == (8, 2)
+    assert set(done["metrics"]) == {"train_loss", "val_loss", "test_loss"}  # trainer.test() after the fit
+    shown = re.search(r"test_loss\W+([0-9.]+)", (cell / "attempts" / "2" / "stdout.log").read_text())
+    assert shown and done["metrics"]["test_loss"] == float(shown.group(1))  # Lightning's own table
+    # The generated file, not a download, is what the example read.
+    assert (cell / "output" / "data" / "wikitext-2.txt").read_bytes() == (tmp_path / "wikitext-2.txt").read_bytes()
 
 
 def program(launch_pid: int, marker: str = "") -> psutil.Process:
