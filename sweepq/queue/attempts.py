@@ -280,10 +280,8 @@ class Attempts:
     def keep_spans(self) -> int:
         """Keep the span of every ended attempt that has none kept (an older root's, one a write made
         stale): what a launch does once, so that `status` reads them instead of working them out."""
-        if self.tx.engine.dialect.name != "sqlite":  # queries.py's spans speak SQLite's SQL
-            return 0
         with self.tx.write() as s:
-            return sum(rowcount(s.execute(text(sql))) for sql in KEEP_ALL)
+            return sum(rowcount(_span_statement(s, sql, {})) for sql in KEEP_ALL)
 
     # -- helpers --------------------------------------------------------------
 
@@ -300,11 +298,9 @@ class Attempts:
     @staticmethod
     def _keep_span(s: Session, cell: str) -> None:
         """Keep the span of the cell's attempt that just ended, for the forecast (queries.py)."""
-        if s.get_bind().dialect.name != "sqlite":  # queries.py's spans speak SQLite's SQL
-            return
         s.flush()  # the attempt's end, which the span is worked out from
         for sql in KEEP_CELL:
-            s.execute(text(sql), {"cell": cell})
+            _span_statement(s, sql, {"cell": cell})
 
     @staticmethod
     def fill_attempt(
@@ -360,3 +356,19 @@ def last_sign_of_life(
     with neither, it ended as it started (nothing it did was ever seen)."""
     signs = [t for t in (seen_at, found) if t is not None]
     return min(max([started_at, *signs]), now)
+
+
+def _span_statement(s: Session, sql: str, params: dict[str, Any]) -> Any:
+    """Run one of queries.py's span statements in `s`'s write transaction. On a server: in PostgreSQL's
+    spelling (server_text.py; SQLAlchemy's text() doubles a literal % itself), its unqualified tables
+    those of the sweep's schema for the rest of this transaction (SET LOCAL: nothing kept in the session,
+    and the ORM's statements name the schema themselves)."""
+    schema = (s.get_bind().get_execution_options().get("schema_translate_map") or {}).get(None)
+    if s.get_bind().dialect.name != "sqlite":
+        from sweepq.queue import pg_schema
+        from sweepq.queue.server_text import spelled
+
+        if schema is not None:
+            s.execute(text(f"SET LOCAL search_path TO {pg_schema.quoted(schema)}"))
+        sql = spelled(sql).replace("%%", "%")
+    return s.execute(text(sql), params)

@@ -122,10 +122,10 @@ def revision(conn: sqlite3.Connection) -> str | None:
 
 
 #: The newest revision in migrations/versions (tests/unit/test_store.py holds it to alembic's head).
-SCHEMA_HEAD = "0008"
+SCHEMA_HEAD = "0009"
 #: Every revision in migrations/versions, oldest first (tests/process/test_newer_database.py holds it to
 #: alembic's scripts): any other revision in a database was written by a newer sweepq.
-KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007e", "0008")
+KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007e", "0008", "0009")
 
 
 def database_file(root: Path) -> Path:

@@ -12,11 +12,13 @@ from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     ColumnElement,
     DateTime,
     ForeignKey,
     FromClause,
     Index,
+    Integer,
     String,
     Table,
     Text,
@@ -171,7 +173,7 @@ class AttemptRow(Base):
     usage: Mapped[dict[str, Any] | None]
     # Its span as the forecast measures it, kept once it ended (queue/queries.py; NULL: not kept).
     span_steps: Mapped[int | None]
-    span_micros: Mapped[int | None]
+    span_micros: Mapped[int | None] = mapped_column(Integer().with_variant(BigInteger(), "postgresql"))  # 0009
     span_startup: Mapped[float | None]
     # Its last sign of life (the worker's flush, once a second; the reaper's look at its files) and when
     # the queue closed it (migration 0007e): a reaped attempt ends at the former, the gap is downtime.

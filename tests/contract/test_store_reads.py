@@ -105,3 +105,33 @@ def test_a_read_commands_reader_answers_as_the_store(store: Store) -> None:
         assert reader.forecast(2).ends_at == store.forecast(2).ends_at
     finally:
         reader.close()
+
+
+def test_an_ended_attempts_span_is_kept_and_forgotten_when_what_it_came_from_changes(store: Store) -> None:
+    """The forecast's span of an ended attempt is kept on its row (queue/queries.py), on every backend: an
+    hour's microseconds too (more than 32 bits), and forgotten when a checkpoint of the attempt changes."""
+    from sqlalchemy import select
+
+    from sweepq.queue.schema import AttemptRow
+
+    def span(cell: str) -> tuple[int | None, int | None]:
+        with store.tx.read() as s:
+            row = s.execute(
+                select(AttemptRow.span_steps, AttemptRow.span_micros).where(AttemptRow.cell_id == cell)
+            ).one()
+        return row[0], row[1]
+
+    steps, micros = span("1.1")
+    assert steps is not None and micros is not None and micros > 0
+    assert store.claim("1.3", WORKER) is not None
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    clock.advance(3600)
+    store.record_checkpoint("1.3", 40, path="cells/1.3/checkpoints/step-40", attempt=1)
+    clock.advance(3600)
+    store.finish("1.3", 1, Outcome(reason="completed", end_step=80, wall_seconds=7200.0))
+    long_steps, long_micros = span("1.3")
+    assert long_steps is not None and long_micros is not None and long_micros > 2**31
+    store.record_checkpoint("1.1", 60, path="cells/1.1/checkpoints/step-60", attempt=1)  # what 1.1's came from
+    assert span("1.1")[0] is None and span("1.3") == (long_steps, long_micros)
+    assert store.keep_spans() == 1 and span("1.1")[0] is not None
