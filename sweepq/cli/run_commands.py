@@ -210,3 +210,15 @@ def _join_server(root: Path, database: str | None, sweep_name: str | None) -> No
     terms = LeaseTerms()
     chosen = database_url.Chosen(database, "--database")
     database_url.write_record(root, chosen, sweep_name, terms.renew_seconds, terms.expire_seconds)
+    # The sweep's own terms, as its launch stored them: a joined worker whose leases expired on other
+    # terms would be reaped early, or wait past its peers' expiry before it reclaims their cells.
+    from sweepq.queue.database import Database
+    from sweepq.queue.store import Store
+
+    if Database.for_root(root).exists():
+        store = Store.open(root)
+        try:
+            terms = store.settings().lease
+        finally:
+            store.close()
+        database_url.write_record(root, chosen, sweep_name, terms.renew_seconds, terms.expire_seconds)

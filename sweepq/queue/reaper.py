@@ -206,9 +206,14 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
     changes = []
     cells_dir = f"{store.root}/{CELLS_DIR}"  # text, not Path: 100,000 Path joins cost seconds
     kept = store.settings().storage  # the marker that counts is there (the root's copy may be gone)
+    # On a server database whose storage is each machine's own root, a cell done on another machine
+    # keeps its marker in that machine's root: its absence here proves nothing (a damaged one still does).
+    roots_apart = kept is None and store.database.is_server
     for cell, finished_at in store.done_cells():
         if _unchanged(f"{cells_dir}/{cell}/{DONE_NAME}", finished_at):
             continue  # as it was when the queue heard: it was a marker then
+        if roots_apart and not os.path.lexists(f"{cells_dir}/{cell}/{DONE_NAME}"):
+            continue
         paths = CellPaths(store.root, cell)
         why = marker.load_done(paths, durable_files.for_cell(paths, kept))[1]  # "no DONE.json" where none is kept
         if why is not None and store.requeue_missing_marker(cell, why):

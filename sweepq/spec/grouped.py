@@ -177,6 +177,8 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
         settings = dataclasses.replace(settings, group_processes=group_processes)
     if data.get("storage") is not None:
         settings = dataclasses.replace(settings, storage=read_storage(ctx, data))
+    lease = read_lease(ctx, data.get("lease"))
+    settings = dataclasses.replace(settings, lease=lease)
     _check_cell_count(ctx, groups, max_cells)
     _check_values(ctx, groups, sweep_params)
     grids = [group.grid(sweep_params) for group in groups]
@@ -191,7 +193,7 @@ def parse_grouped(ctx: SpecContext, data: dict) -> Sweep:
         expand=lambda: expand(ctx, grids),
         notes=ctx.warnings,
         database=read_database(ctx, data),
-        lease=read_lease(ctx, data.get("lease")),
+        lease=lease,
         slurm=read_slurm(ctx, data.get("slurm")),
     )
 

@@ -135,6 +135,9 @@ class Settings:
     #: unexpanded; None: the root folder. Stored with the sweep, so every worker opens the same storage
     #: (checkpoint/storage_url.py).
     storage: str | None = None
+    #: `lease:`: stored with the sweep, so that a worker joining from another machine (`sweepq worker
+    #: --database URL --sweep NAME`) renews and expires leases on the same terms as the launch's.
+    lease: LeaseTerms = field(default_factory=LeaseTerms)
 
     def resume_args_of(self, cell: str) -> list[str]:
         """The resume arguments of `cell` ("G.I"): its group's, else the sweep's."""
@@ -157,6 +160,7 @@ class Settings:
         d["checkpoint"] = CheckpointPolicy(**d.get("checkpoint") or {})
         d["metric"] = Metric(**d["metric"]) if d.get("metric") else None
         d["retries"] = RetryPolicy(**d.get("retries") or {})
+        d["lease"] = LeaseTerms(**d.get("lease") or {})
         return cls(**d)
 
 

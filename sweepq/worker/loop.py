@@ -95,7 +95,7 @@ class Worker:
                 reconcile_markers(self.store)
             while not self.stopping:
                 self._end_orphans()
-                reap(self.store)
+                reap(self.store, owners=self.owners)  # its own liveness: a new one each time would never settle
                 claimed = self._claim_next()
                 if claimed is not None:
                     self._run_attempt(*claimed)
