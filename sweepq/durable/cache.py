@@ -9,13 +9,15 @@ storage has and the root lacks: the root is a cache, never needed, and the stora
 A copy is taken again when it may have changed: DONE.json (a later attempt's), and the files of
 an attempt whose receipt is not in the storage yet (it still runs elsewhere: its history and logs
 grow). A file of the root that the storage does not have is left as it is (this machine's own
-attempt, not shipped yet). A root that cannot be written (read-only) is left as it is: the
-command then reads what it has. With the storage the root itself, nothing is done at all.
+attempt, not shipped yet). A root that cannot be written (read-only) is left as it is, and a
+storage that does not answer is said once on stderr: the command then reads what the root has.
+With the storage the root itself, nothing is done at all.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,12 +42,25 @@ def fill(store: Any, cells: Iterable[str]) -> int:
     if is_root(for_cell(first, where), first):
         return 0  # the storage is the root: its files are read where they are
 
+    refused: list[str] = []
+
     def one(cell: str) -> int:
         paths = CellPaths(root, cell)
-        return fill_cell(paths, for_cell(paths, where))
+        try:
+            return fill_cell(paths, for_cell(paths, where))
+        except Exception as e:  # an unreachable storage: the command reads what the root has, and says so
+            refused.append(f"{e.__class__.__name__}: {e}")
+            return 0
 
     with ThreadPoolExecutor(max_workers=min(WORKERS, len(cells))) as pool:
-        return sum(pool.map(one, cells))
+        copied = sum(pool.map(one, cells))
+    if refused:
+        print(
+            f"sweepq: the sweep's storage did not answer for {len(refused)} cell(s) ({refused[0]}): "
+            "what this root holds of them is shown",
+            file=sys.stderr,
+        )
+    return copied
 
 
 def fill_cell(cell: CellPaths, files: CellFiles) -> int:
