@@ -1,11 +1,13 @@
 """What one job of a `launch --on slurm` array runs: a worker that treats Slurm's warnings as a stop.
 
-Slurm warns before it ends a job: the signal asked for with `--signal` before the time limit (submitit
-asks for SIGUSR2 90 s before it), SIGTERM at a preemption or `scancel`. Any of them, and SIGUSR1, is
-the first Ctrl-C of a local worker: the attempt makes its emergency checkpoint and ends `preempted`.
-Then the job requeues itself while cells remain (`scontrol requeue`: it starts again, on this node or
-another, and resumes the cells from their checkpoints) or ends: it never holds a node to wait. SIGINT
-is the launch's `stop` (sweepq/cli/slurm_launch.py): the worker stops the same way and the job ends.
+Slurm warns before it ends a job: the signal asked for with `--signal` before the time limit (SIGUSR2
+90 s before it, less for a short limit: submit.py's warning_s; `B:`, to the job script's process, which
+is this worker), SIGTERM to every process of the job at a preemption, a `scancel` or the limit. Any
+of them, and SIGUSR1, is the first Ctrl-C of a local worker: the attempt makes its emergency
+checkpoint and ends `preempted`. Then the job requeues itself while cells remain (`scontrol requeue`:
+it starts again, on this node or another, and resumes the cells from their checkpoints) or ends: it
+never holds a node to wait. SIGINT is the launch's `stop` (sweepq/cli/slurm_launch.py): the worker
+stops the same way and the job ends.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ def run_worker(root: Path, name: str | None = None, requeue: bool = True) -> int
     if not left:
         return EXIT_DONE
     job = job_id()
+    warned = signal.Signals(worker.first_signal).name if worker.first_signal else "a signal"
+    # the job's log says why it stopped: a warning before the time limit, a preemption
+    then = f"requeueing job {job}" if job else f"exit {EXIT_REQUEUE} (start me again)"
+    print(f"sweepq worker: {warned} from the scheduler, {left} cells left: {then}", flush=True)
     if requeue and job and os.environ.get("SLURM_JOB_ID"):
         # Requeue this task only, named ARRAY_TASK: one task's SLURM_JOB_ID is the array's own id, and
         # requeueing that would requeue every task. Slurm ends this job and puts it back in the queue;

@@ -1,15 +1,22 @@
 """Submit a sweep's workers to Slurm as one job array (through submitit), and watch or stop them.
 
-submitit writes the sbatch script (the sweep file's `slurm:` options, `--signal=USR2@90` so a job is
-warned 90 s before its time limit, one `srun` step running sweepq/slurm/job.py's WorkerJob) and keeps
-each job's output under ROOT/slurm/. The jobs' ids go to ROOT/slurm/jobs.json so that `status` and
-`stop` find them. Their states come from `squeue` only: a cluster without accounting has no `sacct`.
+submitit writes the sbatch script (the sweep file's `slurm:` options, `--signal=B:USR2@90` so a job
+is warned 90 s before its time limit) and keeps each job's output under ROOT/slurm/. The script's
+process becomes the worker (`exec python`, no `srun` step): at a preemption, a `scancel` or the time
+limit Slurm sends SIGTERM to every process of the job, and an `srun` turns the SIGTERM it receives
+into a SIGKILL of its tasks (srun(1)), and a batch shell without a trap dies of it, ending the job
+with it: either would kill the worker before its emergency checkpoint. The warning (`B:`) goes to
+the script's process, the worker itself, which hands it on to its attempt. The jobs' ids go to
+ROOT/slurm/jobs.json so that `status` and `stop` find them. Their states come from `squeue` only: a
+cluster without accounting has no `sacct`.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +26,39 @@ if TYPE_CHECKING:  # `status` imports this module: no sweep-file reading for it
     from sweepq.spec.slurm import SlurmOptions
 
 WARNING_S = 90  # how long before its time limit a job hears SIGUSR2 (sbatch --signal)
+DEFAULT_TIME_MIN = 60 * 24  # a job's time limit when the sweep file sets none
+CHECK_S = 30  # slurmctld's period for time limits and their warnings (PERIODIC_TIMEOUT in its source)
+MIN_WARNING_S = 10  # the least time asked between the warning and the limit (an emergency checkpoint)
+
+
+def time_limit_s(time: int | str) -> int:
+    """A `slurm.time` in seconds: minutes, or sbatch's forms (MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)."""
+    if isinstance(time, int):
+        return time * 60
+    days, _, clock = time.rpartition("-")
+    parts = [int(x) for x in clock.split(":")]
+    if days:  # after a day count the fields are hours, then minutes and seconds
+        h, m, s = [*parts, 0, 0][:3]
+    elif len(parts) == 1:  # minutes alone
+        h, m, s = 0, parts[0], 0
+    else:  # MM:SS or HH:MM:SS
+        h, m, s = [0, *parts][-3:]
+    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + s
+
+
+def warning_s(time: int | str) -> int:
+    """How long before its time limit a job asks to be warned (sbatch --signal=B:USR2@<this>).
+
+    slurmctld looks at time limits every 30 s (CHECK_S) and sends the warning at the first look that
+    finds the end within the warning and one more period: the warning comes 0-30 s earlier than asked,
+    never later, and the job ends at the first look past its limit, at least one period after it.
+    So a job warned `w` s ahead trains for at least `limit - w - 30` s. WARNING_S where the limit
+    leaves room for it; a shorter limit is warned late enough to train half of it first (never less
+    than MIN_WARNING_S ahead): a 1-minute job warned 90 s ahead would hear it at its first look,
+    before any step, and requeue forever.
+    """
+    limit = time_limit_s(time)
+    return min(WARNING_S, max(MIN_WARNING_S, limit // 2 - CHECK_S))
 
 
 def folder(root: Path) -> Path:
@@ -37,20 +77,25 @@ def submit(root: Path, options: SlurmOptions, workers: int) -> list[str]:
         raise UsageError("`--on slurm` needs submitit: pip install 'sweepq[slurm]'") from e
     from sweepq.slurm.job import WorkerJob
 
-    executor = submitit.SlurmExecutor(folder=folder(root) / "logs" / "%j", max_num_timeout=1000)
+    # `exec`: the batch script's process becomes the worker (the module's docstring says why)
+    python = "exec " + shlex.quote(sys.executable)
+    executor = submitit.SlurmExecutor(folder=folder(root) / "logs" / "%j", max_num_timeout=1000, python=python)
+    limit = options.time if options.time is not None else DEFAULT_TIME_MIN
     params: dict[str, Any] = {
         "job_name": f"sweepq-{root.name}",
-        "signal_delay_s": WARNING_S,
+        "use_srun": False,
         "array_parallelism": workers,
         "stderr_to_stdout": True,
-        "time": options.time if options.time is not None else 60 * 24,
+        "time": limit,
     }
     for key in ("partition", "gpus_per_task", "cpus_per_task", "mem", "account", "qos"):
         value = getattr(options, key)
         if value is not None:
             params[key] = value
-    if options.additional:
-        params["additional_parameters"] = {k.replace("-", "_"): v for k, v in options.additional.items()}
+    additional = {k.replace("-", "_"): v for k, v in options.additional.items()}
+    # to the batch script's process (B:), the worker: with no step, a plain --signal would reach no one
+    additional["signal"] = f"B:USR2@{warning_s(limit)}"
+    params["additional_parameters"] = additional
     executor.update_parameters(**params)
     try:
         jobs = executor.map_array(WorkerJob(str(root)), list(range(workers)))
@@ -96,7 +141,9 @@ def stop(jobs: list[str], hard: bool = False) -> None:
     if hard:
         subprocess.run(["scancel", *arrays], capture_output=True, timeout=60)
     else:
-        subprocess.run(["scancel", "--signal=INT", "--state=RUNNING", *arrays], capture_output=True, timeout=60)
+        # --batch: the job's script process, the worker (no step holds it)
+        cmd = ["scancel", "--batch", "--signal=INT", "--state=RUNNING", *arrays]
+        subprocess.run(cmd, capture_output=True, timeout=60)
 
 
 def cancel_pending(jobs: list[str]) -> None:

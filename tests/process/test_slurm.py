@@ -81,8 +81,8 @@ def test_a_warned_job_preempts_gracefully_and_requeues(sweep_dir: Path, slurm_cl
     wait_for(lambda: (root / "slurm" / "jobs.json").exists() and training(), timeout=180, what="a cell past step 10")
     worker = next(a["worker"] for a in attempts(root) if a["reason"] is None or a["reason"] == "running")
     job = worker.removeprefix("slurm:")
-    # The time-limit warning submitit asks for (--signal=USR2@90), to every process of the job's step
-    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    # The time-limit warning the job asks for (--signal=B:USR2@90): to the job's script process, the worker
+    subprocess.run(["scancel", "--batch", "--signal=USR2", job], check=True)
     out = launch.communicate(timeout=400)[0]
     assert launch.returncode == 0, out
     receipts = attempts(root)

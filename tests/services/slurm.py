@@ -15,7 +15,9 @@ the jobs): a test machine has no other users.
 
 Pitfalls met: killed daemons linger as zombies when nothing reaps them (their state is read from
 /proc, not with `kill -0`); Slurm checks time limits only about every 30 s (tests deliver the
-warning themselves with `scancel --signal=...`); the apt lock may be held by another install (apt
+warning themselves with `scancel --signal=...`, but for tests/process/test_slurm_time_limit.py,
+which waits for a real one-minute limit); `scancel --signal=KILL` sends SIGTERM first (a node's
+death is SIGKILL to the job's processes themselves); the apt lock may be held by another install (apt
 waits for it). The daemons are not children of the test process (they daemonize): the suite's check
 for stray processes ends every child of a test.
 
