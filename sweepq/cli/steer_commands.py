@@ -147,13 +147,31 @@ def _reset_one(store: Store, cid: str, stamp: str) -> bool:
                 attic.mkdir(parents=True, exist_ok=True)
                 ownfiles.move(item, attic / item.name)
                 moved.append(item.name)
+        dropped = _drop_stored_checkpoints(store, paths)
         if not store.reset([cid]):
             return False
         if moved:
             store.add_event(cid, "moved_to_attic", {"path": str(attic.relative_to(store.root)), "items": moved})
+        if dropped:
+            store.add_event(cid, "checkpoints_deleted", {"storage": dropped[0], "steps": dropped[1]})
         return True
     finally:
         owner.release()
+
+
+def _drop_stored_checkpoints(store: Store, paths: CellPaths) -> tuple[str, list[int]] | None:
+    """A sweep whose checkpoints are kept elsewhere (`storage:`): the cell's committed steps there are
+    deleted (the attic is the root's), or the reset cell would resume from them. (where, steps)."""
+    from sweepq.checkpoint import storage, storage_url
+
+    where = store.settings().storage
+    if storage_url.in_effect(where) is None:
+        return None  # the root folder: moved to the attic with the cell's folder above
+    checkpoints = storage.for_cell(paths, where)
+    steps = checkpoints.steps()
+    for step in steps:
+        checkpoints.delete(step)
+    return (storage_url.shown(storage_url.in_effect(where)), steps) if steps else None
 
 
 def _report_moves(verb: str, moved: list[str], asked: list[str], store: Store) -> None:

@@ -133,6 +133,10 @@ def test_a_sweep_keeps_its_checkpoints_in_its_storage_folder(tmp_path: Path) -> 
     r = cli("launch", str(spec), "--no-live", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not CellPaths(root, "1.1").attempt_dir(2).exists()
+    # A reset cell starts over: its checkpoints in the storage go too (the attic is the root's).
+    r = cli("reset", "1.1", "--root", str(root), cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert kept.steps() == []
 
 
 @pytest.mark.process
