@@ -40,7 +40,8 @@ to B's claim of each of A's cells (their attempt 2), against expire + renew. Lea
 `status` (target: 1 s). `sweepq status --database URL --sweep NAME`, a child process run from a
 folder that holds nothing of the sweep, on a sweep of 10,000 cells (`--full`: 100,000) made by the
 Store's reconcile of bench/status_scale.py's sweep file, then 60 % done, 1 % failed and 16 running
-(8 of them with a live lease) by bulk SQL: best of `--rounds`.
+(8 of them with a live lease) by bulk SQL, each ended attempt's span kept as its end keeps it
+(`Store.keep_spans`): best of `--rounds`.
 """
 
 from __future__ import annotations
@@ -484,6 +485,12 @@ def make_status_sweep(server: PostgresServer, tmp: Path, cells: int) -> tuple[st
             f"now() + interval '1 hour', now(), 'node-' || (\"index\" % 2) FROM {s}.cells WHERE state = 'running' "
             'ORDER BY "index" LIMIT 8'
         )
+    store = Store.open(tmp / "status-root", database=Database(url, sweep=name))
+    try:
+        store.keep_spans()  # what each attempt's end (Store.finish) keeps of it, for all at once
+    finally:
+        store.close()
+    with psycopg.connect(server.dsn(url.rsplit("/", 1)[1]), autocommit=True) as conn:
         for table in ("cells", "attempts", "leases"):
             conn.execute(f"VACUUM ANALYZE {s}.{table}")
     return url, name
