@@ -94,7 +94,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 120, what: str = "condition") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 600, what: str = "condition") -> Any:
+    """Poll until `predicate` is true; its value. The bound is only a backstop against a hang: on a machine at
+    load 30, a torch program took over 120 s to print its first line, so it is as long as a launch's own wait."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
