@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -61,6 +62,8 @@ class Collective:
         self.world = world
         # Rank 0 serves; the others connect (waiting for it to listen).
         self.store = dist.TCPStore(host, port, world, rank == 0, timeout=STORE_TIMEOUT, wait_for_workers=False)
+        self._host, self._port = host, port
+        self._side: dist.TCPStore | None = None  # the writer thread's connection (rng_handover)
         self._meeting = 0
         self._posted_stop = False
 
@@ -100,27 +103,40 @@ class Collective:
             signals.relay(answer)
         return bool(answer)
 
-    def gather_rng(self, rng: dict[str, Any] | None) -> dict[str, Any]:
-        """At a checkpoint every rank takes: rank 0 gets each other rank's RNG states by rank ("1", ...)."""
-        key = f"rng{self._meeting}"
-        if self.rank != 0:
-            assert rng is not None
-            self.store.set(f"{key}/{self.rank}", encode_rng(rng))
-            return {}
-        out = {}
-        for r in range(1, self.world):
-            name = f"{key}/{r}"
-            out[str(r)] = decode_rng(self._get(name, f"rank {r}'s RNG states at a checkpoint"))
-            self.store.delete_key(name)
-        return out
+    def give_rng(self, rng: dict[str, Any]) -> None:
+        """A rank other than 0, at a checkpoint every rank takes (the meeting just held): its RNG states."""
+        self.store.set(f"rng{self._meeting}/{self.rank}", encode_rng(rng))
 
-    def _get(self, key: str, what: str) -> bytes:
+    def rng_handover(self) -> Callable[[], dict[str, Any]]:
+        """Rank 0, at a checkpoint every rank takes: a call that waits for every other rank's RNG states
+        (by rank: "1", ...), for the writer thread to make before it commits.
+
+        Waited for there, not in the training loop: a rank that reaches the checkpoint later than rank 0
+        (the ranks drift by a scheduler's slice between their collectives) costs rank 0's loop nothing.
+        The writer thread asks through a connection of its own, so that the loop's meetings never
+        queue behind its wait.
+        """
+        key, meeting = f"rng{self._meeting}", self._meeting
+
+        def collect() -> dict[str, Any]:
+            if self._side is None:
+                self._side = dist.TCPStore(self._host, self._port, self.world, False, timeout=STORE_TIMEOUT)
+            out = {}
+            for r in range(1, self.world):
+                name = f"{key}/{r}"
+                out[str(r)] = decode_rng(self._get(name, f"rank {r}'s RNG states", self._side, meeting))
+                self._side.delete_key(name)
+            return out
+
+        return collect
+
+    def _get(self, key: str, what: str, store: dist.TCPStore | None = None, meeting: int | None = None) -> bytes:
         try:
-            return self.store.get(key)
+            return (store or self.store).get(key)
         except dist.DistStoreError as e:
             raise RanksDiverged(
-                f"rank {self.rank} waited {STORE_TIMEOUT} for {what} at meeting {self._meeting} of the ranks "
-                "and it never came: run.restore, run.checkpoint and run.should_stop are meetings of every rank "
+                f"rank {self.rank} waited {STORE_TIMEOUT} for {what} at meeting {meeting or self._meeting} of the "
+                "ranks and it never came: run.restore, run.checkpoint and run.should_stop are meetings of every rank "
                 "(call them at the same points on every rank, not under `if run.is_main:`)"
             ) from e
 

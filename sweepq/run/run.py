@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -387,19 +388,18 @@ class Run:
     def _save(
         self, state: dict[str, Any], step: int, metrics: dict[str, Any], overlap: bool = False, gather: bool = False
     ) -> None:
-        """`gather`: the other ranks take this checkpoint too and hand over their RNG states (a pause of
-        theirs: it counts in this one)."""
+        """`gather`: the other ranks take this checkpoint too; the writer thread waits for their RNG
+        states and commits them with this state (collective.rng_handover)."""
         t0 = time.perf_counter()
         rng = serialize.capture_rng()
-        if gather and self._ranks is not None:
-            rng["ranks"] = self._ranks.gather_rng(None)
+        collect = self._ranks.rng_handover() if gather and self._ranks is not None else None
         skeleton, tensors = serialize.flatten(state)
         self._writer.flush()  # at most one write in flight; raises its error if it failed
         late = self._guard.owned(state) if overlap and self._overlap else frozenset()
         snap = self._snap.take(tensors, late)
         meta = self._meta(metrics)
         self._cadence.last_scheduled = step  # before the job: its _refuse_raced may move it back
-        self._writer.submit(lambda: self._commit_snapshot(step, snap, skeleton, rng, meta))
+        self._writer.submit(lambda: self._commit_snapshot(step, snap, skeleton, rng, meta, collect))
         self._guard.arm(snap)  # after the job is handed over: a copy that never starts never holds a step
         self._cadence.paused(time.perf_counter() - t0)
 
@@ -409,7 +409,7 @@ class Run:
         if self._ranks.decide(None) != "1":
             return False
         t0 = time.perf_counter()
-        self._ranks.gather_rng(serialize.capture_rng())
+        self._ranks.give_rng(serialize.capture_rng())
         self._cadence.last_scheduled = step
         self._cadence.paused(time.perf_counter() - t0)
         return True
@@ -442,9 +442,18 @@ class Run:
         return True
 
     def _commit_snapshot(
-        self, step: int, snap: snapshot.Snapshot, skeleton: Any, rng: dict[str, Any], meta: dict[str, Any]
+        self,
+        step: int,
+        snap: snapshot.Snapshot,
+        skeleton: Any,
+        rng: dict[str, Any],
+        meta: dict[str, Any],
+        collect: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        """On the writer thread: finish the snapshot's copy, then commit it."""
+        """On the writer thread: the other ranks' RNG states (`collect`), finish the snapshot's copy,
+        then commit it: every rank's part in one checkpoint, or none."""
+        if collect is not None:
+            rng = {**rng, "ranks": collect()}
         try:
             snap.finish()
         except snapshot.SnapshotRaced as e:

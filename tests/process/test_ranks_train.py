@@ -28,6 +28,9 @@ from sweepq.program.ranks import POLL_S, RANK_GRACE_SECONDS
 # What the attempt may add to the grace after seeing a rank end: a poll to notice it, one to reap the others.
 SLACK_S = 10 * POLL_S
 STEPS = 40
+# How long a test waits for progress, a launch or processes to end: each wait returns as soon as what it
+# waits for happens, so this only bounds a hang (two ranks each import torch: slow on a busy machine).
+WAIT_S = 900
 
 
 def sweep(delay: float) -> str:
@@ -54,7 +57,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
     d = make_dir(tmp_path_factory.mktemp("reference"))
     spec = write(d / "ddp.yaml", sweep(0.0))
     launch = start("launch", str(spec), "--no-live", cwd=d)
-    out, _ = launch.communicate(timeout=300)
+    out, _ = launch.communicate(timeout=WAIT_S)
     assert launch.returncode == 0, out
     done = json.loads((d / "runs" / "ddp" / "cells" / "1.1" / "DONE.json").read_text())
     assert receipt(d / "runs" / "ddp", 1)["reason"] == "completed"
@@ -95,11 +98,15 @@ def test_a_rank_killed_ends_the_attempt_for_both_and_the_retry_resumes_exactly(
     spec = write(d / "ddp.yaml", sweep(0.1))
     root = d / "runs" / "ddp"
     launch = start("launch", str(spec), "--no-live", cwd=d)
-    wait_for(lambda: (root / "cells" / "1.1" / "checkpoints" / "step-10" / "manifest.json").exists(), what="step 10")
+    wait_for(
+        lambda: (root / "cells" / "1.1" / "checkpoints" / "step-10" / "manifest.json").exists(),
+        timeout=WAIT_S,
+        what="step 10",
+    )
     pids = rank_pids(root)
     os.kill(pids[1], signal.SIGKILL)  # one rank dies mid-run, its peer in DDP's allreduce or at a meeting
-    wait_gone(pids)
-    out, _ = launch.communicate(timeout=300)
+    wait_gone(pids, timeout=WAIT_S)
+    out, _ = launch.communicate(timeout=WAIT_S)
     assert launch.returncode == 0, out
 
     first, second = receipt(root, 1), receipt(root, 2)
@@ -122,12 +129,12 @@ def test_the_launch_sent_sigterm_stops_every_rank_at_one_step_and_the_relaunch_l
     spec = write(d / "ddp.yaml", sweep(0.1))
     root = d / "runs" / "ddp"
     launch = start("launch", str(spec), "--no-live", cwd=d)
-    wait_for(lambda: "rank 1: step 12 done" in log(root, 1), what="rank 1 at step 12")
+    wait_for(lambda: "rank 1: step 12 done" in log(root, 1), timeout=WAIT_S, what="rank 1 at step 12")
     pids = rank_pids(root)
     launch.send_signal(signal.SIGTERM)
-    out, _ = launch.communicate(timeout=120)
+    out, _ = launch.communicate(timeout=WAIT_S)
     assert launch.returncode == 130, out
-    wait_gone(pids)
+    wait_gone(pids, timeout=WAIT_S)
 
     first = receipt(root, 1)
     assert first["reason"] == "preempted", first
@@ -137,7 +144,7 @@ def test_the_launch_sent_sigterm_stops_every_rank_at_one_step_and_the_relaunch_l
     assert (root / "cells" / "1.1" / "checkpoints" / f"step-{stopped[0]}" / "manifest.json").exists()
 
     relaunch = start("launch", str(spec), "--no-live", cwd=d)
-    out, _ = relaunch.communicate(timeout=300)
+    out, _ = relaunch.communicate(timeout=WAIT_S)
     assert relaunch.returncode == 0, out
     second = receipt(root, 2)
     assert second["reason"] == "completed" and second["start_step"] == first["end_step"], second  # none lost
@@ -152,9 +159,9 @@ def test_a_stop_signal_that_reaches_one_rank_stops_both_at_the_same_step(tmp_pat
     spec = write(d / "ddp.yaml", sweep(0.1))
     root = d / "runs" / "ddp"
     launch = start("launch", str(spec), "--no-live", cwd=d)
-    wait_for(lambda: "rank 1: step 12 done" in log(root, 1), what="rank 1 at step 12")
+    wait_for(lambda: "rank 1: step 12 done" in log(root, 1), timeout=WAIT_S, what="rank 1 at step 12")
     os.kill(rank_pids(root)[1], signal.SIGTERM)
-    out, _ = launch.communicate(timeout=300)
+    out, _ = launch.communicate(timeout=WAIT_S)
     assert launch.returncode == 0, out  # the launch's own retry finished the cell
 
     first, second = receipt(root, 1), receipt(root, 2)
@@ -194,10 +201,14 @@ def test_a_lightning_ddp_script_with_the_callback_through_kill_9_and_relaunch(tm
     spec = write(tmp_path / "lit.yaml", LIGHTNING)
     root = tmp_path / "runs" / "litddp"
     launch = start("launch", str(spec), "--no-live", cwd=tmp_path)
-    wait_for(lambda: log(root, 1).count("holding at step 7 (train)") == 2, what="both ranks holding after step 7")
-    victim = wait_for(lambda: rank_of(launch.pid, 1), what="rank 1's pid")
+    wait_for(
+        lambda: log(root, 1).count("holding at step 7 (train)") == 2,
+        timeout=WAIT_S,
+        what="both ranks holding after step 7",
+    )
+    victim = wait_for(lambda: rank_of(launch.pid, 1), timeout=WAIT_S, what="rank 1's pid")
     os.kill(victim, signal.SIGKILL)
-    out, _ = launch.communicate(timeout=400)
+    out, _ = launch.communicate(timeout=WAIT_S)
     assert launch.returncode == 0, out
 
     first, second = receipt(root, 1), receipt(root, 2)
@@ -220,7 +231,7 @@ def test_the_guides_train_function_runs_on_two_ranks(tmp_path: Path) -> None:
     shorter = yaml_text.replace("steps: 200", "steps: 20").replace("every_steps: 50", "every_steps: 5")
     spec = write(tmp_path / "ddp.yaml", shorter)
     launch = start("launch", str(spec), "--no-live", cwd=tmp_path)
-    out, _ = launch.communicate(timeout=400)
+    out, _ = launch.communicate(timeout=WAIT_S)
     assert launch.returncode == 0, out
     rows = cli_json("status", str(spec))
     assert [(r["cell"], r["state"], r["step"]) for r in rows] == [("1.1", "done", 20), ("1.2", "done", 20)]

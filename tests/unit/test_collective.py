@@ -54,10 +54,11 @@ def test_rank_0_decides_and_gathers_the_other_ranks_rng() -> None:
 
     torch.manual_seed(42)
     states = serialize.capture_rng()
-    sent = threading.Thread(target=lambda: (one.decide(None), one.gather_rng(states)))
-    sent.start()
     zero.decide("1")
-    got = zero.gather_rng(None)
+    collect = zero.rng_handover()  # made on rank 0's writer thread, whenever rank 1 gets there
+    sent = threading.Thread(target=lambda: (one.decide(None), one.give_rng(states)))
+    sent.start()
+    got = collect()
     sent.join(timeout=30)
     assert set(got) == {"1"} and torch.equal(got["1"]["torch"], states["torch"])
     left = [k for k in ("m1", "m2", "m3", "rng3/1") if zero.store.check([k])]
