@@ -112,8 +112,8 @@ class SweepqCallback(Callback):
                 return os.environ[ENV_CKPT] or None
             # A rank that sweepq started beside rank 0 (`processes: N`): the checkpoint its attempt
             # verified before starting the ranks, the one rank 0's Run resolves.
-            folder = os.environ.get(ENV["resume"])
-            return str(Path(folder) / CKPT_NAME) if folder else None
+            verified = os.environ.get(ENV["resume"])
+            return str(Path(verified) / CKPT_NAME) if verified else None
         folder = self.run.resume_path()
         path = None if folder is None else folder / CKPT_NAME
         if folder is not None and not (path and path.is_file()):

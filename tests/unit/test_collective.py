@@ -56,7 +56,12 @@ def test_rank_0_decides_and_gathers_the_other_ranks_rng() -> None:
     states = serialize.capture_rng()
     zero.decide("1")
     collect = zero.rng_handover()  # made on rank 0's writer thread, whenever rank 1 gets there
-    sent = threading.Thread(target=lambda: (one.decide(None), one.give_rng(states)))
+
+    def rank_1() -> None:
+        one.decide(None)
+        one.give_rng(states)
+
+    sent = threading.Thread(target=rank_1)
     sent.start()
     got = collect()
     sent.join(timeout=30)
