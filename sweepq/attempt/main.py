@@ -23,6 +23,7 @@ from sweepq.attempt.judge import Trained, judged
 from sweepq.checkpoint import marker, storage
 from sweepq.checkpoint.fenced import FencedStorage
 from sweepq.durable import files as durable_files
+from sweepq.durable import opening as durable_opening
 from sweepq.durable.shipping import Shipper
 from sweepq.host import logkeeper, signals
 from sweepq.host.diskfull import Reserve, disk_error, guard_streams, write_receipt
@@ -108,7 +109,7 @@ def _write_done(spec: AttemptSpec, run: Trained | program.ProgramRun | None, out
         best=run.best if run is not None else None,
         best_step=run.best_step if run is not None else None,
         checkpoints=checkpoints,
-        files=durable_files.for_cell(paths, Settings.from_json(spec.settings).storage),
+        files=durable_opening.for_cell(paths, Settings.from_json(spec.settings).storage),
     )
 
 
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None, started_by: str = "interpreter") -> int:
     reserve = Reserve.beside(paths.receipt(spec.attempt))  # room for the receipt should the disk fill up
     FencedStorage(storage.for_cell(paths, settings.storage), fence.check).clean_partial()
     # The history and the logs copied to the sweep's storage as they grow, when it is not this root.
-    files = durable_files.for_cell(paths, settings.storage)
+    files = durable_opening.for_cell(paths, settings.storage)
     shipper = (
         None if durable_files.is_root(files, paths) else Shipper(files, paths.attempt_dir(spec.attempt), spec.attempt)
     )

@@ -39,7 +39,7 @@ import hashlib
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -125,13 +125,21 @@ class CheckpointStorage(Protocol):
         ...
 
 
-def for_cell(cell: CellPaths, where: str | None) -> CheckpointStorage:
+def for_cell(cell: CellPaths, where: str | None, environ: Mapping[str, str] | None = None) -> CheckpointStorage:
     """The storage of a cell's checkpoints in the sweep's storage `where` (its settings' `storage`, as
     the launch chose it; None: the root folder). This process's SWEEPQ_STORAGE_URL comes first;
-    storage_url.py is the one place that maps a URL to a backend."""
+    storage_url.py is the one place that reads a URL."""
     from sweepq.checkpoint import storage_url
 
-    return storage_url.open_cell(cell, where)
+    at = storage_url.locate(where, environ)
+    if at is None:
+        return LocalFolder(cell.checkpoints, cell.root)
+    if at.s3_url is not None:
+        from sweepq.checkpoint import s3
+
+        return s3.for_cell(cell, at.s3_url, at.client)
+    assert at.folder is not None
+    return LocalFolder(CellPaths(at.folder, cell.cell_id).checkpoints, at.folder)
 
 
 def verify(storage: CheckpointStorage, step: int) -> dict[str, Any]:

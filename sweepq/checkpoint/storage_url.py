@@ -1,4 +1,5 @@
-"""Where a sweep keeps its cells' checkpoints: the one place that maps a storage URL to a backend.
+"""Where a sweep keeps its cells' durable files: the one place that reads a storage URL (`locate`;
+checkpoint/storage.py and durable/opening.py open their backends from the Location it gives).
 
 A sweep's storage is named by `--storage URL` on the command line, else `SWEEPQ_STORAGE_URL` in the
 environment, else the sweep file's `storage:`, else the root folder itself (as before the key
@@ -29,15 +30,11 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from sweepq.errors import UsageError
 from sweepq.queue.database_url import _ANY_PLACEHOLDER, PLACEHOLDER, expanded, redacted
-
-if TYPE_CHECKING:
-    from sweepq.checkpoint.storage import CheckpointStorage
-    from sweepq.layout import CellPaths
 
 ENV_STORAGE = "SWEEPQ_STORAGE_URL"
 SCHEMES = ("file", "s3")
@@ -172,27 +169,33 @@ def folder_of(raw: str) -> Path:
     return Path(raw).expanduser()
 
 
-def open_cell(cell: CellPaths, raw: str | None, environ: Mapping[str, str] | None = None) -> CheckpointStorage:
-    """The storage of `cell`'s checkpoints, for a sweep whose storage is `raw` (as chosen, placeholders
-    unexpanded; None: the root folder). This process's SWEEPQ_STORAGE_URL comes first (`in_effect`)."""
-    from sweepq.checkpoint.storage import LocalFolder
-    from sweepq.layout import CellPaths
+@dataclass(frozen=True)
+class Location:
+    """Where a sweep's storage is once its URL is filled in: a folder every machine mounts, or a
+    bucket's URL with the client that reaches it. The checkpoints (checkpoint/storage.py) and a cell's
+    other durable files (durable/opening.py) each open their backend from it."""
 
+    folder: Path | None = None
+    s3_url: str | None = None
+    client: Any = None
+
+
+def locate(raw: str | None, environ: Mapping[str, str] | None = None) -> Location | None:
+    """Where the storage `raw` is (as chosen, placeholders unexpanded); None: the root folder. This
+    process's SWEEPQ_STORAGE_URL comes first (`in_effect`)."""
     env = os.environ if environ is None else environ
     chosen = in_effect(raw, env)
     if chosen is None:
-        return LocalFolder(cell.checkpoints, cell.root)
+        return None
     source = ENV_STORAGE if env.get(ENV_STORAGE) else "the sweep's storage"
     check(chosen, source)
     url = expanded(chosen, env, source)
     if scheme_of(url) == "s3":
-        from sweepq.checkpoint import s3
-
-        return s3.for_cell(cell, url, _client(env))
+        return Location(s3_url=url, client=_client(env))
     folder = folder_of(url)
     if not folder.is_absolute():
         raise UsageError(f"{source}: {redacted(chosen)!r} is a relative folder: give an absolute path")
-    return LocalFolder(CellPaths(folder, cell.cell_id).checkpoints, folder)
+    return Location(folder=folder)
 
 
 _clients: dict[tuple[str | None, ...], Any] = {}

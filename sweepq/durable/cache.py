@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from sweepq.atomic import atomic_write_bytes
-from sweepq.durable.files import CellFiles, for_cell, is_root
+from sweepq.durable.files import CellFiles, is_root
+from sweepq.durable.opening import for_cell
 from sweepq.layout import DONE_NAME, CellPaths
 
 WORKERS = 8  # cells fetched at once (an object store answers each request in milliseconds)

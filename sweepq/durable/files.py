@@ -244,31 +244,6 @@ class MemoryFiles(ObjectFiles):
         return f"memory:{self.prefix}{name}"
 
 
-def for_cell(cell: CellPaths, where: str | None) -> CellFiles:
-    """The durable files of `cell` in the sweep's storage `where` (its settings' `storage`, as the launch
-    chose it; None: the root folder). This process's SWEEPQ_STORAGE_URL comes first, as for checkpoints
-    (checkpoint/storage_url.py maps the URL; the S3 client is the one the checkpoints use)."""
-    from sweepq.checkpoint import storage_url
-    from sweepq.errors import UsageError
-    from sweepq.queue.database_url import expanded, redacted
-
-    env = os.environ
-    chosen = storage_url.in_effect(where, env)
-    if chosen is None:
-        return FolderFiles(cell.root, cell.cell_id)
-    source = storage_url.ENV_STORAGE if env.get(storage_url.ENV_STORAGE) else "the sweep's storage"
-    storage_url.check(chosen, source)
-    url = expanded(chosen, env, source)
-    if storage_url.scheme_of(url) == "s3":
-        from sweepq.durable.s3 import S3Files
-
-        return S3Files.at(url, cell.cell_id, storage_url._client(env))
-    folder = storage_url.folder_of(url)
-    if not folder.is_absolute():
-        raise UsageError(f"{source}: {redacted(chosen)!r} is a relative folder: give an absolute path")
-    return FolderFiles(folder, cell.cell_id)
-
-
 def read_json(files: CellFiles, name: str) -> Any:
     """A JSON file of the cell's in the storage, parsed; None when it is missing or does not parse."""
     raw = files.read(name)

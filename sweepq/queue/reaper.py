@@ -18,6 +18,7 @@ from sweepq.atomic import read_json
 from sweepq.checkpoint import marker, storage
 from sweepq.checkpoint.manifest import CheckpointCorrupt, CheckpointTooNew
 from sweepq.durable import files as durable_files
+from sweepq.durable import opening as durable_opening
 from sweepq.evidence import Evidence, Witness
 from sweepq.layout import CELLS_DIR, DONE_NAME, MANIFEST_NAME, CellPaths
 from sweepq.outcome import account_of, decide
@@ -141,7 +142,7 @@ def outcome_from_files(store: Store, cell: str, number: int, last_step: int | No
     """
     paths = CellPaths(store.root, cell)
     where = store.settings().storage
-    files = durable_files.for_cell(paths, where)
+    files = durable_opening.for_cell(paths, where)
     try:
         receipt = read_json(paths.receipt(number))
     except (OSError, ValueError):
@@ -215,7 +216,7 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
         if roots_apart and not os.path.lexists(f"{cells_dir}/{cell}/{DONE_NAME}"):
             continue
         paths = CellPaths(store.root, cell)
-        why = marker.load_done(paths, durable_files.for_cell(paths, kept))[1]  # "no DONE.json" where none is kept
+        why = marker.load_done(paths, durable_opening.for_cell(paths, kept))[1]  # "no DONE.json" where none is kept
         if why is not None and store.requeue_missing_marker(cell, why):
             changes.append((cell, f"requeued: {why}"))
     if not _any_folder(cells_dir):
@@ -229,7 +230,7 @@ def reconcile_markers(store: Store) -> list[tuple[str, str]]:
             continue
         paths = CellPaths(store.root, cell)
         done, _ = marker.verify_done(
-            paths, cfg_hash, storage.for_cell(paths, where), durable_files.for_cell(paths, where)
+            paths, cfg_hash, storage.for_cell(paths, where), durable_opening.for_cell(paths, where)
         )
         if done is not None and store.repair_done(cell, done):
             # Not taken: a damaged checkpoint is left as it is. The marker's attempt wrote what it names.

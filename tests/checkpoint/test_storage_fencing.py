@@ -20,7 +20,7 @@ import psutil
 import pytest
 from conftest import db_rows, start, trainer_of, wait_for, write
 
-from sweepq.checkpoint import storage_url
+from sweepq.checkpoint import storage, storage_url
 from sweepq.layout import CellPaths
 from sweepq.queue.reaper import reap
 from sweepq.queue.store import Store
@@ -88,7 +88,7 @@ def test_a_late_commit_of_a_superseded_attempt_is_never_resumed_from(
     # Attempt 2 resumed from the newest witnessed step, not from the step attempt 1 committed late.
     assert attempts[1][2] == 8, attempts
 
-    checkpoints = storage_url.open_cell(cell, url, {**os.environ, **aws})
+    checkpoints = storage.for_cell(cell, url, {**os.environ, **aws})
     stray = _moved_aside_manifests(checkpoints, url)
     assert [(m["step"], m["attempt"]) for m in stray] == [(12, 1)]  # it did land, and was moved aside
     assert {checkpoints.read_manifest(s)[0]["attempt"] for s in checkpoints.steps()} == {2}

@@ -16,7 +16,7 @@ from conftest import HERE, cli, write
 from sweepq.checkpoint import storage, storage_url
 from sweepq.checkpoint.s3 import S3Checkpoints
 from sweepq.checkpoint.storage import LocalFolder
-from sweepq.checkpoint.storage_url import ENV_STORAGE, choose, open_cell, problem
+from sweepq.checkpoint.storage_url import ENV_STORAGE, choose, problem
 from sweepq.errors import SpecError, UsageError
 from sweepq.layout import CellPaths
 from sweepq.spec.sweep import parse_sweep
@@ -74,22 +74,22 @@ def test_the_command_line_wins_then_the_environment_then_the_file() -> None:
 
 def test_each_url_opens_its_backend(tmp_path: Path, s3_server, s3_bucket: str, monkeypatch) -> None:
     cell = CellPaths(tmp_path / "root", "1.2")
-    here = open_cell(cell, None, {})
+    here = storage.for_cell(cell, None, {})
     assert isinstance(here, LocalFolder) and here.folder == cell.checkpoints
     shared = tmp_path / "nas"
     for url in (str(shared), f"file://{shared}", "${envvar:NAS}"):
-        there = open_cell(cell, url, {"NAS": str(shared)})
+        there = storage.for_cell(cell, url, {"NAS": str(shared)})
         assert isinstance(there, LocalFolder)
         assert there.folder == shared / "cells" / "1.2" / "checkpoints"  # the root's layout in the folder
     with pytest.raises(UsageError, match=r"names \$\{envvar:NAS\}, but the environment variable NAS is not set"):
-        open_cell(cell, "${envvar:NAS}/x", {})
+        storage.for_cell(cell, "${envvar:NAS}/x", {})
     # This process's SWEEPQ_STORAGE_URL (where its --storage went) comes before the sweep's.
-    moved = open_cell(cell, str(shared), {ENV_STORAGE: str(tmp_path / "other")})
+    moved = storage.for_cell(cell, str(shared), {ENV_STORAGE: str(tmp_path / "other")})
     assert isinstance(moved, LocalFolder) and moved.folder.is_relative_to(tmp_path / "other")
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)  # the standard AWS way: endpoint and credentials from the environment
     monkeypatch.setenv("BUCKET", s3_bucket)
-    bucket = open_cell(cell, "s3://${envvar:BUCKET}/team/sweep", dict(os.environ))
+    bucket = storage.for_cell(cell, "s3://${envvar:BUCKET}/team/sweep", dict(os.environ))
     assert isinstance(bucket, S3Checkpoints)
     assert bucket.bucket == s3_bucket and bucket.prefix == "team/sweep/cells/1.2/checkpoints"
 
@@ -120,7 +120,7 @@ def test_a_sweep_keeps_its_checkpoints_in_its_storage_folder(tmp_path: Path) -> 
     r = cli("launch", str(spec), "--no-live", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     root = tmp_path / "runs" / "tiny"
-    kept = open_cell(CellPaths(root, "1.1"), "${envvar:SHARED}/ckpts", env)
+    kept = storage.for_cell(CellPaths(root, "1.1"), "${envvar:SHARED}/ckpts", env)
     assert isinstance(kept, LocalFolder) and kept.folder == tmp_path / "nas" / "ckpts" / "cells" / "1.1" / "checkpoints"
     assert kept.steps() == [10, 5] and storage.verify(kept, 10)["step"] == 10
     assert not CellPaths(root, "1.1").checkpoints.exists()  # nothing in the root

@@ -35,7 +35,7 @@ from sweepq import layout
 from sweepq.checkpoint import storage
 from sweepq.checkpoint.memory import Bucket, InMemory
 from sweepq.checkpoint.storage import CheckpointStorage, LocalFolder
-from sweepq.durable import files
+from sweepq.durable import files, opening
 from sweepq.durable.files import CellFiles
 from sweepq.layout import CellPaths
 from sweepq.queue import liveness
@@ -177,12 +177,12 @@ CellFilesFactory = Callable[[pytest.FixtureRequest, Path, str], CellFiles]
 
 def root_files(request: pytest.FixtureRequest, tmp_path: Path, cell: str) -> CellFiles:
     """The default: the root folder itself (`storage:` unset), today's layout."""
-    return files.for_cell(CellPaths(tmp_path / "root", cell), None)
+    return opening.for_cell(CellPaths(tmp_path / "root", cell), None)
 
 
 def mounted_files(request: pytest.FixtureRequest, tmp_path: Path, cell: str) -> CellFiles:
     """A folder every machine mounts, named as a user writes it (file://), beside the root."""
-    return files.for_cell(CellPaths(tmp_path / "root", cell), (tmp_path / "mounted").as_uri())
+    return opening.for_cell(CellPaths(tmp_path / "root", cell), (tmp_path / "mounted").as_uri())
 
 
 _memory_stores: dict[Path, dict[str, bytes]] = {}

@@ -418,8 +418,10 @@ def test_a_superseded_attempts_done_marker_is_never_trusted(store: Store) -> Non
     assert not store.repair_done("1.1", late)
     rec = store.cell("1.1")
     assert (rec.state, rec.attempts) == (CellState.RUNNING, second)
-    assert store.attempt("1.1", second).reason is None
+    running = store.attempt("1.1", second)
+    assert running is not None and running.reason is None
     # The current attempt's own marker is trusted (its process ended before the database was told).
     assert store.repair_done("1.1", {**late, "attempt": second})
     assert store.cell("1.1").state is CellState.DONE
-    assert store.attempt("1.1", second).reason == Reason.COMPLETED
+    done = store.attempt("1.1", second)
+    assert done is not None and done.reason == Reason.COMPLETED

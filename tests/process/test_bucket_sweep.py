@@ -32,7 +32,7 @@ import torch
 from conftest import start, wait_for, write
 from pg_machines import attempts, cell_states, events, machine_processes
 
-from sweepq.checkpoint import commit, storage_url
+from sweepq.checkpoint import commit, storage, storage_url
 from sweepq.checkpoint.s3 import META_DATA
 from sweepq.layout import CellPaths
 
@@ -254,7 +254,7 @@ def finish_on(folder: Path, root: Path, database: str, bucket: Bucket, workers: 
 
 def final_state(where: str | None, root: Path, cell: str, env: Mapping[str, str]) -> dict[str, Any]:
     """The state of `cell`'s final checkpoint (step STEPS), every byte verified, read from its storage."""
-    return commit.load(storage_url.open_cell(CellPaths(root, cell), where, env), STEPS).state
+    return commit.load(storage.for_cell(CellPaths(root, cell), where, env), STEPS).state
 
 
 def same(a: Any, b: Any) -> bool:
