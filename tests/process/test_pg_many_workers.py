@@ -6,7 +6,8 @@ sweep's name. While the cells run, a worker (with whatever it runs: its template
 SIGKILLed at random moments, as a machine's reboot would, and started again at once; a kill aims at
 a worker whose attempt runs at that moment when there is one. Judged on the attempts table at the
 end: every cell done by exactly one completed attempt, every other attempt `lost` (what a SIGKILL
-leaves), no two attempts of a cell overlapping in time, and the kills did cost attempts (reclaimed).
+leaves) or `preempted` (a holder whose lease lapsed under load stops itself), no two attempts of a
+cell overlapping in time, and the kills did cost attempts (reclaimed).
 
 Seeded (SWEEPQ_CHAOS_SEED, default 7) so that a failure replays. About 14 minutes on two busy cores
 (each trivial cell costs ~0.3 s of CPU in its worker, attempt and server); SWEEPQ_PG_CELLS sets fewer
@@ -118,7 +119,10 @@ def test_16_workers_on_2000_cells_with_random_kills_claim_each_cell_once_and_los
     completed = Counter(r["cell_id"] for r in rows if r["reason"] == "completed")
     assert set(completed) == set(states) and set(completed.values()) == {1}  # each cell done once
     others = Counter(r["reason"] for r in rows if r["reason"] != "completed")
-    assert set(others) <= {"lost"}, others
+    # `lost`: what a SIGKILL leaves. `preempted`: a holder that could not renew its 5 s lease in time
+    # (seen in CI at load 20 on two cores beside two CPU-bound processes) stops its attempt itself at
+    # the lease's deadline, as it must; the cell is then claimed again. Anything else is a defect.
+    assert set(others) <= {"lost", "preempted"}, others
     assert not overlaps(rows)  # 0 double claims
     assert others["lost"] >= 1, f"no kill cost an attempt ({mid_attempt} of {kills} aimed at one)"
     print(f"{CELLS} cells, 16 workers, {kills} kills ({others['lost']} attempts lost): {seconds:.0f} s")
