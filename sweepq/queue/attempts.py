@@ -68,12 +68,9 @@ class Attempts:
 
         Asked inside a flush's `batch()`, it is decided in the write transaction
         that the attempt's writes then join: nothing can move the cell in between.
-        SQLite's write transaction holds the whole file; a server's READ COMMITTED
-        holds nothing it only read, so the row is locked (FOR UPDATE, which SQLite's
-        dialect leaves out) until the flush commits: a reap waits for it.
         """
         with self.tx.write() as s:
-            row = s.execute(select(CellRow.state, CellRow.attempts).where(CellRow.id == cell).with_for_update()).first()
+            row = s.execute(select(CellRow.state, CellRow.attempts).where(CellRow.id == cell)).first()
         return row is not None and row.attempts == number and row.state == CellState.RUNNING
 
     def seen(self, cell: str, number: int) -> None:
