@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -84,7 +85,8 @@ def test_a_rank_killed_ends_the_attempt_for_both_and_the_retry_resumes(ddp_dir: 
     assert "'MASTER_ADDR': '127.0.0.1'" in log
     resumed = (attempt_dir(root, 2) / "stdout.log").read_text()
     for rank in (0, 1):
-        step = int(resumed.split(f"rank {rank}: run 2, starting at step ")[1].split()[0])
+        # The ranks share stdout.log unbuffered, so one rank's newline may land after the other's line.
+        (step,) = map(int, re.findall(rf"rank {rank}: run 2, starting at step (\d+)", resumed))
         assert step >= 10  # from the program's own checkpoint, on every rank
         assert f"rank {rank}: finished 30 steps" in resumed
 
