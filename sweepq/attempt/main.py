@@ -31,6 +31,7 @@ from sweepq.host.procs import die_with_parent, orphaned
 from sweepq.layout import CellPaths
 from sweepq.outcome import EXIT_PREEMPTED
 from sweepq.program import supervisor as program
+from sweepq.program.launch import trusted_checkpoints
 from sweepq.queue import liveness
 from sweepq.queue.fence import Fence, Fenced
 from sweepq.queue.records import Outcome
@@ -95,7 +96,7 @@ def finish_done(spec: AttemptSpec, run: Trained | program.ProgramRun | None, out
 
 def _write_done(spec: AttemptSpec, run: Trained | program.ProgramRun | None, outcome: Outcome) -> None:
     paths = CellPaths(Path(spec.root), spec.cell)
-    checkpoints = storage.for_cell(paths, Settings.from_json(spec.settings).storage)
+    checkpoints = trusted_checkpoints(spec, paths)  # a superseded attempt's late commit is not ours
     newest = run.newest_committed() if run is not None else None
     newest_step = newest[0] if newest else _newest_committed(checkpoints)
     marker.write_done(

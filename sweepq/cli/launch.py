@@ -29,18 +29,18 @@ from typing import Any
 from rich.console import Console, Group
 from rich.live import Live
 
-from sweepq.checkpoint import storage_url
+from sweepq.checkpoint import storage, storage_url
 from sweepq.cli import header, launch_lock, launch_summary, render
 from sweepq.cli.terminal import Terminal
 from sweepq.errors import UsageError
 from sweepq.host.diskfull import EXIT_DISK_FULL, workers_stopped
-from sweepq.layout import RootPaths
+from sweepq.layout import CellPaths, RootPaths
 from sweepq.program.ranks import gpu_sets
 from sweepq.queue import database_url, reconcile
 from sweepq.queue.database import Database
 from sweepq.queue.reaper import reap, reconcile_markers
 from sweepq.queue.records import Outcome
-from sweepq.queue.states import MACHINE_FAULTS, CellState, Reason
+from sweepq.queue.states import MACHINE_FAULTS, UNSETTLED, CellState, CheckpointState, Reason
 from sweepq.queue.store import Store
 from sweepq.results import failures, spelling
 from sweepq.spec.preflight import preflight
@@ -118,11 +118,44 @@ def prepare(spec: str, root: str | None, accept_changed: reconcile.Accept) -> Pr
     # An older schema is upgraded first: the stored cells are read through this sweepq's models.
     store = Store.open_readonly(target, database=database) if current else Store.open(target, database=database)
     try:
+        check_storage_kept(store, target, sweep.settings.storage)
         planner = partial(reconcile.plan, sweep, accept_changed=accept_changed)
         plan = store.read_reconcile(planner, reconcile.plan_digest(sweep))
     finally:
         store.close()
     return Prepared(sweep, target, plan, accept_changed)
+
+
+def check_storage_kept(store: Store, root: Path, chosen: str | None) -> None:
+    """Refuse a relaunch whose storage no longer holds the checkpoints its unfinished cells resume from.
+
+    A launch records its storage with the sweep, and every attempt after it reads checkpoints there. A
+    different `storage:` (or --storage, or SWEEPQ_STORAGE_URL) is fine when it reaches the same files (a
+    share mounted at another path, a bucket behind another endpoint); otherwise each interrupted cell
+    would start over from step 0 and its checkpoints would be left behind where no attempt looks. So the
+    newest committed step the queue recorded for each unfinished cell must be in the new storage.
+    """
+    before = store.settings().storage
+    if chosen == before:
+        return
+    unfinished = {c.id for c in store.cells_in(UNSETTLED)}
+    newest: dict[str, int] = {}
+    for cell, rows in store.checkpoints_in(CheckpointState.COMMITTED).items():
+        if cell in unfinished and rows:
+            newest[cell] = max(r.step for r in rows)
+    missing = []
+    for cell, step in sorted(newest.items()):
+        if step not in storage.for_cell(CellPaths(root, cell), chosen).steps():
+            missing.append(f"{cell} (step {step})")
+            if len(missing) == 3:
+                break
+    if missing:
+        raise UsageError(
+            f"this sweep's checkpoints are in {storage_url.shown(before)}, and the storage this launch chose, "
+            f"{storage_url.shown(chosen)}, does not hold them: {', '.join(missing)} would start over. "
+            + (f"Launch with --storage {before!r}" if before else "Leave storage: out (and SWEEPQ_STORAGE_URL unset)")
+            + " to keep them, or copy the cells' checkpoints there first"
+        )
 
 
 def apply(p: Prepared, launcher: Launcher | None = None) -> Store:

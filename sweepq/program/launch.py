@@ -87,15 +87,22 @@ except OSError as e:
 """
 
 
+def trusted_checkpoints(spec: AttemptSpec, paths: CellPaths) -> storage.CheckpointStorage:
+    """The cell's checkpoints as this attempt may trust them: a superseded attempt's late commit is
+    hidden (witnessed.py), so it is never the one resumed nor the one DONE.json names."""
+    checkpoints: storage.CheckpointStorage = storage.for_cell(paths, Settings.from_json(spec.settings).storage)
+    if spec.witnessed is not None:
+        checkpoints = Witnessed(checkpoints, spec.attempt, spec.witnessed)
+    return checkpoints
+
+
 def resume_checkpoint(spec: AttemptSpec, paths: CellPaths) -> str:
     """The checkpoint `Run.restore()` would load for this attempt, "" when it starts fresh.
 
     The newest committed checkpoint whose manifest verifies; after a `nan`
     attempt, the newest before the one the bad interval started from (as Run does).
     """
-    checkpoints: storage.CheckpointStorage = storage.for_cell(paths, Settings.from_json(spec.settings).storage)
-    if spec.witnessed is not None:  # a superseded attempt's late commit is never the one resumed (witnessed.py)
-        checkpoints = Witnessed(checkpoints, spec.attempt, spec.witnessed)
+    checkpoints = trusted_checkpoints(spec, paths)
     steps = checkpoints.steps()
     limit = retention.rollback_limit(steps, spec.nan_step)
     if limit is not None:

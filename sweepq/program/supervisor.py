@@ -46,7 +46,7 @@ from sweepq.host.tails import tail_file
 from sweepq.layout import CellPaths
 from sweepq.outcome import EXIT_PREEMPTED, FAILURES, decide
 from sweepq.program import ranks
-from sweepq.program.launch import ENV, note_started, prepare, program_env, shell_join
+from sweepq.program.launch import ENV, note_started, prepare, program_env, shell_join, trusted_checkpoints
 from sweepq.queue.records import Outcome
 from sweepq.queue.states import Reason
 from sweepq.spec.sweep import Settings
@@ -147,7 +147,9 @@ def run_program(spec: AttemptSpec, settings: Settings, channel: Channel) -> tupl
     logkeeper.sync()  # all the program printed is in its logs before their tail is read
     if outcome.reason in FAILURES | {Reason.LOST, Reason.LOG_FLOOD} and not outcome.error_tail:
         outcome.error_tail = tail_file(paths.stderr(spec.attempt))
-    return outcome, (ProgramRun.from_report(paths, report, settings.storage) if report is not None else None)
+    return outcome, (
+        ProgramRun.from_report(paths, report, trusted_checkpoints(spec, paths)) if report is not None else None
+    )
 
 
 def _supervise(proc: subprocess.Popen[bytes]) -> tuple[int, Any, bool, bool]:
@@ -318,11 +320,11 @@ class ProgramRun:
     epoch: float | None
     best: float | None
     best_step: int | None
-    storage: str | None = None  # the sweep's storage (Settings.storage): where its checkpoints are
+    checkpoints: storage.CheckpointStorage | None = None  # the cell's, as the attempt trusts them (Witnessed)
 
     @classmethod
-    def from_report(cls, paths: CellPaths, r: dict[str, Any], storage: str | None = None) -> ProgramRun:
-        newest = cls._newest(paths, storage)
+    def from_report(cls, paths: CellPaths, r: dict[str, Any], checkpoints: storage.CheckpointStorage) -> ProgramRun:
+        newest = cls._newest(checkpoints)
         end = as_int(r.get("end_step"))
         return cls(
             paths=paths,
@@ -332,16 +334,16 @@ class ProgramRun:
             epoch=r.get("epoch") if isinstance(r.get("epoch"), (int, float)) else None,
             best=r.get("best") if isinstance(r.get("best"), (int, float)) else None,
             best_step=as_int(r.get("best_step")),
-            storage=storage,
+            checkpoints=checkpoints,
         )
 
     @staticmethod
-    def _newest(paths: CellPaths, where: str | None) -> tuple[int, dict[str, Any]] | None:
-        found = storage.committed_manifests(storage.for_cell(paths, where))
+    def _newest(checkpoints: storage.CheckpointStorage | None) -> tuple[int, dict[str, Any]] | None:
+        found = storage.committed_manifests(checkpoints) if checkpoints is not None else {}
         return (max(found), found[max(found)]) if found else None
 
     def newest_committed(self) -> tuple[int, dict[str, Any]] | None:
-        return self._newest(self.paths, self.storage)
+        return self._newest(self.checkpoints)
 
 
 def exit_like(outcome: Outcome) -> int:
