@@ -151,11 +151,54 @@ def size_text(n: int) -> str:
 # -- the keeper process ----------------------------------------------------------------------------------
 
 
+class Source:
+    """One pipe into a log. The attempt's own pipes are copied as they come. A rank's (rank_streams) are
+    copied in whole lines, each marked `[rank<N>]:` as `torchrun --tee` marks them: ranks print at once
+    into one log, and a program printing unbuffered writes a line and its newline apart, so raw copies
+    would cut one rank's line with another's. A line is held until its end (a newline, or the carriage
+    return a progress bar redraws with), at most CHUNK bytes, and whatever is held when the pipe ends."""
+
+    def __init__(self, log: BoundedLog, prefix: bytes | None = None) -> None:
+        self.log = log
+        self.prefix = prefix
+        self.held = bytearray()
+        self.at_line_start = True
+
+    def feed(self, data: bytes) -> None:
+        if self.prefix is None:
+            self.log.feed(data)
+            return
+        self.held += data
+        end = max(self.held.rfind(b"\n"), self.held.rfind(b"\r")) + 1
+        if end == 0 and len(self.held) < CHUNK:
+            return
+        self._put(end or len(self.held))
+
+    def close(self) -> None:
+        if self.held:
+            self._put(len(self.held))
+
+    def _put(self, end: int) -> None:
+        assert self.prefix is not None
+        out = bytearray()
+        for line in bytes(self.held[:end]).splitlines(keepends=True):  # at \n, \r and \r\n
+            if self.at_line_start:
+                out += self.prefix
+            out += line
+            self.at_line_start = line.endswith((b"\n", b"\r"))
+        del self.held[:end]
+        self.log.feed(bytes(out))
+
+
 def keep(pipes: list[int], logs: list[int], ctl: socket.socket, attempt: int, keep_bytes: int, flood: int) -> None:
-    """Copy each pipe into its log until the attempt says finish (or is gone); SIGXFSZ to it on a flood."""
+    """Copy each pipe into its log until the attempt says finish (or is gone); SIGXFSZ to it on a flood.
+
+    The attempt may add a rank's two pipes (a message `rank N` carrying their ends): they go into the
+    same two logs, line by line (Source)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    bounded = {r: BoundedLog(w, keep_bytes) for r, w in zip(pipes, logs, strict=True)}
+    bounded = [BoundedLog(w, keep_bytes) for w in logs]
+    sources = {r: Source(log) for r, log in zip(pipes, bounded, strict=True)}
     reading = list(pipes)
     told = False
     while True:
@@ -165,10 +208,10 @@ def keep(pipes: list[int], logs: list[int], ctl: socket.socket, attempt: int, ke
                 continue
             data = os.read(fd, CHUNK)
             if not data:
-                reading.remove(fd)
+                _ended(fd, reading, sources)
                 continue
-            bounded[fd].feed(data)
-        if flood and not told and sum(b.received for b in bounded.values()) > flood:
+            sources[fd].feed(data)
+        if flood and not told and sum(b.received for b in bounded) > flood:
             told = True
             try:
                 os.kill(attempt, signal.SIGXFSZ)
@@ -177,14 +220,25 @@ def keep(pipes: list[int], logs: list[int], ctl: socket.socket, attempt: int, ke
         if ctl.fileno() not in ready:
             continue
         try:
-            msg = ctl.recv(64)
+            msg, fds, _, _ = socket.recv_fds(ctl, 64, 2)
         except OSError:
-            msg = b""
-        _drain(reading, bounded)
+            msg, fds = b"", []
+        if msg.startswith(b"rank ") and len(fds) == 2:
+            prefix = b"[rank%d]:" % int(msg.split()[1])
+            for fd, log in zip(fds, bounded, strict=True):
+                sources[fd] = Source(log, prefix)
+                reading.append(fd)
+            ctl.send(b"ok")
+            continue
+        for fd in fds:  # none is expected with any other message
+            os.close(fd)
+        _drain(reading, sources)
         if msg == b"sync":
             ctl.send(b"ok")
             continue
-        stats = {"flooded": told, **_total(b.finish() for b in bounded.values())}
+        for source in sources.values():
+            source.close()
+        stats = {"flooded": told, **_total(b.finish() for b in bounded)}
         try:
             ctl.send(json.dumps(stats).encode())
         except OSError:
@@ -192,7 +246,16 @@ def keep(pipes: list[int], logs: list[int], ctl: socket.socket, attempt: int, ke
         return
 
 
-def _drain(reading: list[int], bounded: dict[int, BoundedLog]) -> None:
+def _ended(fd: int, reading: list[int], sources: dict[int, Source]) -> None:
+    """A pipe whose every writer is gone: what it held goes in, and a rank's end is closed."""
+    reading.remove(fd)
+    sources[fd].close()
+    if sources[fd].prefix is not None:
+        os.close(fd)
+        del sources[fd]
+
+
+def _drain(reading: list[int], sources: dict[int, Source]) -> None:
     """What the pipes hold now (a program that exited: all it printed), without waiting for more."""
     for fd in list(reading):
         os.set_blocking(fd, False)
@@ -201,9 +264,9 @@ def _drain(reading: list[int], bounded: dict[int, BoundedLog]) -> None:
             while copied < DRAIN_MAX:
                 data = os.read(fd, CHUNK)
                 if not data:
-                    reading.remove(fd)
+                    _ended(fd, reading, sources)
                     break
-                bounded[fd].feed(data)
+                sources[fd].feed(data)
                 copied += len(data)
         except BlockingIOError:
             pass
@@ -249,6 +312,23 @@ class Capture:
             self.ctl.recv(64)
         except OSError:
             pass
+
+    def rank_streams(self, rank: int) -> tuple[int, int] | None:
+        """Two new pipes, the write ends returned (standard output, error) for `rank` of the attempt's
+        program: the keeper copies them into the same logs, line by line, each line marked (Source)."""
+        pipes: list[tuple[int, int]] = []
+        try:
+            pipes = [os.pipe() for _ in range(2)]
+            socket.send_fds(self.ctl, [b"rank %d" % rank], [r for r, _ in pipes])
+            if self.ctl.recv(64) != b"ok":
+                raise OSError("the log keeper did not take the rank's pipes")
+        except OSError:
+            for fd in (fd for pipe in pipes for fd in pipe):
+                os.close(fd)
+            return None
+        for r, _ in pipes:
+            os.close(r)  # the keeper has its own copies
+        return pipes[0][1], pipes[1][1]
 
     def finish(self) -> dict[str, Any] | None:
         """The logs as they stay; this process's output goes straight to its files again."""
@@ -383,6 +463,12 @@ def flooded() -> bool:
 def flood_words() -> str | None:
     """Why this attempt was stopped for its output; None when it was not."""
     return _limits.flood_words() if _flooded and _limits is not None else None
+
+
+def rank_streams(rank: int) -> tuple[int, int] | None:
+    """The standard output and error (write ends, to close once given) for `rank` of a program of several
+    ranks; None where the logs are not kept by a keeper: the rank then inherits the attempt's."""
+    return _capture.rank_streams(rank) if _capture is not None else None
 
 
 def sync() -> None:

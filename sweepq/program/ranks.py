@@ -95,11 +95,23 @@ def start(launch: Launch, world: int, run_id: str, store: bool = False) -> list[
         for rank in range(world):
             env = {**launch.env, **rank_env(rank, world, port, run_id), **extra}
             env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: N ranks must not each take every core
-            procs.append(
-                subprocess.Popen(
-                    launch.popen_argv(), cwd=launch.cwd, env=env, pass_fds=launch.fds, stdin=subprocess.DEVNULL
+            streams = logkeeper.rank_streams(rank)  # whole lines, each marked [rank<N>]:, in the shared logs
+            out, err = streams if streams is not None else (None, None)
+            try:
+                procs.append(
+                    subprocess.Popen(
+                        launch.popen_argv(),
+                        cwd=launch.cwd,
+                        env=env,
+                        pass_fds=launch.fds,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                    )
                 )
-            )
+            finally:
+                for fd in streams or ():
+                    os.close(fd)  # the rank has them: its end of the pipe is the only writer's
     except OSError:
         for proc in procs:
             proc.kill()

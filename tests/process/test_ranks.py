@@ -84,9 +84,11 @@ def test_a_rank_killed_ends_the_attempt_for_both_and_the_retry_resumes(ddp_dir: 
         assert f"'RANK': '{rank}', 'LOCAL_RANK': '{rank}', 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2'" in log
     assert "'MASTER_ADDR': '127.0.0.1'" in log
     resumed = (attempt_dir(root, 2) / "stdout.log").read_text()
+    said_by_ranks = [line for line in resumed.splitlines() if re.search(r"rank \d: ", line)]
+    # Each rank's lines whole and marked, though both print unbuffered into the one log at once.
+    assert len(said_by_ranks) > 10 and all(re.match(r"\[rank(\d)\]:rank \1: ", x) for x in said_by_ranks), resumed
     for rank in (0, 1):
-        # The ranks share stdout.log unbuffered, so one rank's newline may land after the other's line.
-        (step,) = map(int, re.findall(rf"rank {rank}: run 2, starting at step (\d+)", resumed))
+        (step,) = map(int, re.findall(rf"^\[rank{rank}\]:rank {rank}: run 2, starting at step (\d+)$", resumed, re.M))
         assert step >= 10  # from the program's own checkpoint, on every rank
         assert f"rank {rank}: finished 30 steps" in resumed
 

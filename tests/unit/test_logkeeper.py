@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from sweepq.host.logkeeper import BoundedLog, Limits
+from sweepq.host.logkeeper import CHUNK, BoundedLog, Limits, Source
 
 KEEP = 1000
 
@@ -73,3 +73,42 @@ def test_limits_come_from_the_environment() -> None:
         "printed more than 1.0 MiB to stdout.log and stderr.log (SWEEPQ_LOG_FLOOD) and was stopped: a log flood "
         "(each log keeps its first and last 64.0 KiB; its middle was dropped)"
     )
+
+
+def test_ranks_printing_at_once_keep_their_lines_whole_and_marked(tmp_path: Path) -> None:
+    path = tmp_path / "out.log"
+    log = BoundedLog(os.open(path, os.O_RDWR | os.O_CREAT), 1 << 20)
+    own, rank0, rank1 = Source(log), Source(log, b"[rank0]:"), Source(log, b"[rank1]:")
+    # Unbuffered prints: each line and its newline are two writes, and the ranks' writes alternate.
+    for i in range(3):
+        for rank, source in ((0, rank0), (1, rank1)):
+            source.feed(b"rank %d: step %d" % (rank, i))
+        rank0.feed(b"\n")
+        rank1.feed(b"\n")
+    own.feed(b"sweepq: said as it came\n")
+    rank0.feed(b"10%\r20%\r")  # a progress bar redraws its line: each state goes in as it is drawn
+    rank1.feed(b"no end yet")
+    before_close = path.read_bytes()
+    rank1.close()  # its pipe ended: what it held goes in
+    text = path.read_bytes()
+    assert before_close.endswith(b"[rank0]:10%\r[rank0]:20%\r")
+    assert text.splitlines(keepends=True) == [
+        b"[rank0]:rank 0: step 0\n",
+        b"[rank1]:rank 1: step 0\n",
+        b"[rank0]:rank 0: step 1\n",
+        b"[rank1]:rank 1: step 1\n",
+        b"[rank0]:rank 0: step 2\n",
+        b"[rank1]:rank 1: step 2\n",
+        b"sweepq: said as it came\n",
+        b"[rank0]:10%\r",
+        b"[rank0]:20%\r",
+        b"[rank1]:no end yet",
+    ]
+
+
+def test_a_rank_line_longer_than_a_chunk_goes_in_without_waiting_for_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "out.log"
+    source = Source(BoundedLog(os.open(path, os.O_RDWR | os.O_CREAT), 8 * CHUNK), b"[rank1]:")
+    source.feed(b"x" * CHUNK)
+    source.feed(b"y\nnext")
+    assert path.read_bytes() == b"[rank1]:" + b"x" * CHUNK + b"y\n"  # held no longer; one mark a line
