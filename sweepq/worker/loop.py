@@ -13,6 +13,7 @@ import os
 import select
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 
 from sweepq.atomic import atomic_write_json, read_json
+from sweepq.checkpoint import storage_url
+from sweepq.durable import opening as durable_opening
 from sweepq.evidence import Evidence, Intent, Witness
 from sweepq.host import diskfull
 from sweepq.host.memory import OomCounters, judge_sigkill
@@ -181,7 +184,7 @@ class Worker:
         for words in (usage_text.low_gpu_flag(used), strays.ended_words(left) if left else None):
             if words:
                 outcome.note = f"{outcome.note}; {words}" if outcome.note else words
-        _keep_usage(paths, claim.number, used, left)
+        _keep_usage(paths, claim.number, used, left, settings.storage)
         finish_attempt(self.store, claim.cell, claim.number, outcome)
         self.child = None
         owner.release()  # only now: a reaper must never race this worker's own close
@@ -428,17 +431,29 @@ def _sampled(progress: Progress, sampler: usage.Sampler, number: int, live: dict
         progress.events.append((usage.LOW_GPU_EVENT, {"attempt": number, **flag}))
 
 
-def _keep_usage(paths: CellPaths, number: int, used: dict[str, Any], left: list[strays.Ended]) -> None:
+def _keep_usage(
+    paths: CellPaths, number: int, used: dict[str, Any], left: list[strays.Ended], storage: str | None
+) -> None:
     """The receipt the training process wrote before it exited gets what only its worker saw of it:
-    the usage, and the processes it left running that the worker ended."""
+    the usage, and the processes it left running that the worker ended; in the sweep's storage too, when
+    it is not the root (the attempt put its receipt there as it ended: this one replaces it)."""
     path = paths.receipt(number)
     try:
         receipt = read_json(path)
-        if isinstance(receipt, dict):
-            ended = {"leftovers_ended": [e.to_json() for e in left]} if left else {}
-            atomic_write_json(path, {**receipt, "usage": used, **ended})
+        if not isinstance(receipt, dict):
+            return
+        ended = {"leftovers_ended": [e.to_json() for e in left]} if left else {}
+        atomic_write_json(path, {**receipt, "usage": used, **ended})
     except (OSError, ValueError):
-        pass  # no receipt (a killed process), or a full disk: the attempt's row keeps the usage
+        return  # no receipt (a killed process), or a full disk: the attempt's row keeps the usage
+    if storage_url.locate(storage) is None:
+        return
+    try:
+        durable_opening.for_cell(paths, storage).put(f"attempts/{number}/receipt.json", path.read_bytes())
+    except Exception as e:  # a storage that refuses it now costs the usage there, never the attempt's close
+        print(
+            f"sweepq: attempt {number}'s receipt with its usage did not reach the sweep's storage: {e}", file=sys.stderr
+        )
 
 
 def _receipt(paths: CellPaths, number: int) -> dict[str, Any] | None:

@@ -121,7 +121,9 @@ def test_a_dead_machines_cell_is_read_from_the_bucket_from_a_third_folder(
     done = _object(s3_server, s3_bucket, "cells/1.1/DONE.json")
     assert (done["cell"], done["attempt"]) == ("1.1", 1)
     assert _object(s3_server, s3_bucket, "cells/1.1/attempts/1/DONE.json") == done
-    assert _object(s3_server, s3_bucket, "cells/1.1/attempts/1/receipt.json")["reason"] == "completed"
+    receipt = _object(s3_server, s3_bucket, "cells/1.1/attempts/1/receipt.json")
+    assert receipt["reason"] == "completed"
+    assert receipt["usage"]["samples"] >= 1  # what only its worker saw, added after the attempt put it
 
     third = sweep_dir / "third"
     third.mkdir()
