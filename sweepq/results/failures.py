@@ -45,14 +45,26 @@ def exception_line(tail: str) -> str | None:
     It is the first unindented line after the last "Traceback" header: frames are indented, and
     a message may go on over more lines, or a chained exception may follow.
     """
-    lines = tail.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    # A rank of a cell of several processes marks its lines (`[rank1]:`, host/logkeeper.py), and the
+    # ranks' lines interleave: the traceback is followed among the lines of the rank that printed it.
+    lines = [_unmarked(line) for line in tail.splitlines()]
+    starts = [i for i, (_, line) in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
     if not starts:
         return None
-    for line in lines[starts[-1] + 1 :]:
-        if line.strip() and not line[0].isspace():
+    rank = lines[starts[-1]][0]
+    for mark, line in lines[starts[-1] + 1 :]:
+        if mark == rank and line.strip() and not line[0].isspace():
             return line.strip()
     return None
+
+
+def _unmarked(line: str) -> tuple[str, str]:
+    """(a rank's mark or "", the line without it)."""
+    if line.startswith("[rank"):
+        mark, sep, rest = line.partition("]:")
+        if sep and mark[5:].isdigit():
+            return mark + sep, rest
+    return "", line
 
 
 def _signal_name(number: int) -> str:

@@ -412,6 +412,12 @@ def test_failure_line_names_the_exception_else_the_last_words_and_the_exit_statu
     assert line(note="timeout by sweepq after 20 s") == "timeout by sweepq after 20 s"
     assert line(exit_signal=11) == "killed by SIGSEGV" and line(exit_code=3) == "exited with code 3"
     assert line() is None
+    ranks = (  # two ranks' marked lines, interleaved: the exception is rank 1's, whose traceback is last
+        "[rank0]:Traceback (most recent call last):\n[rank1]:Traceback (most recent call last):\n"
+        '[rank0]:  File "ddp.py", line 9\n[rank1]:  File "ddp.py", line 7\n[rank0]:KeyError: 3\n'
+        "[rank1]:RuntimeError: rank 1 fails on purpose\n"
+    )
+    assert line(error_tail=ranks) == "RuntimeError: rank 1 fails on purpose"
     long = line(error_tail=f"Traceback (most recent call last):\nKeyError: '{'x' * 200}'")
     assert long is not None and len(long) == failures.FAILURE_WIDTH and long.endswith("…")
 
