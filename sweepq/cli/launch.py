@@ -135,7 +135,10 @@ def check_storage_kept(store: Store, root: Path, chosen: str | None) -> None:
     would start over from step 0 and its checkpoints would be left behind where no attempt looks. So the
     newest committed step the queue recorded for each unfinished cell must be in the new storage.
     """
-    before = store.settings().storage
+    try:
+        before = store.settings().storage
+    except UsageError:  # no sweep in the database yet (its first launch makes it): nothing was recorded
+        return
     if chosen == before:
         return
     unfinished = {c.id for c in store.cells_in(UNSETTLED)}
